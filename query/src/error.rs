@@ -1,0 +1,48 @@
+//! The query layer's error type.
+
+/// `Result` with the query layer's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong answering a query.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The statement would change something: DDL, DML, `COPY` or `SET` (user SQL is read-only).
+    #[error("read-only: {0}")]
+    ReadOnly(String),
+    /// The SQL could not be parsed or planned (a user error: bad syntax, unknown column…).
+    #[error("{0}")]
+    Plan(String),
+    /// DataFusion failed while running the query.
+    #[error("query failed: {0}")]
+    Execution(#[source] datafusion::error::DataFusionError),
+    /// Formatting a result as CSV or JSON failed.
+    #[error("formatting the result: {0}")]
+    Format(#[from] arrow::error::ArrowError),
+    /// No data for the ISO week asked for.
+    #[error("no attempts in ISO week {0}")]
+    UnknownWeek(String),
+    /// The week label is not `YYYY-Www`.
+    #[error("{0:?} is not an ISO week like 2026-W47")]
+    BadWeek(String),
+    /// The ledger failed.
+    #[error(transparent)]
+    Store(#[from] laneledger_store::Error),
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    /// A parse, plan or schema error anywhere in the chain is the user's ([`Error::Plan`]);
+    /// anything else failed while running ([`Error::Execution`]).
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        use datafusion::error::DataFusionError as D;
+        let root = e.find_root();
+        if matches!(
+            root,
+            D::SQL(..) | D::Plan(_) | D::SchemaError(..) | D::NotImplemented(_)
+        ) {
+            Error::Plan(root.strip_backtrace())
+        } else {
+            Error::Execution(e)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! laneledger's query layer: SQL over the ledger with Apache DataFusion.
+//!
+//! A [`Session`] registers the ledger's tables (`job_attempt`, `attempt_conflict`,
+//! `ingest_reject`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
+//! boolean-summing rule ([`sqlite_sum`]), creates seed 000's `job_rollup` view from its own text
+//! and the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
+//! [`metrics`] turns `weekly_metrics` into the weekly review.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), laneledger_query::Error> {
+//! let ledger = laneledger_store::Ledger::open("laneledger.redb")?;
+//! let session = laneledger_query::Session::new(ledger).await?;
+//! let result = session.query(laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT).await?;
+//! print!("{}", laneledger_query::format_result(&result, laneledger_query::OutputFormat::Table)?);
+//! # Ok(()) }
+//! ```
+
+pub mod attempt_conflict;
+pub mod error;
+pub mod ingest_reject;
+pub mod job_attempt;
+pub mod ledger_table;
+pub mod metrics;
+pub mod output;
+pub mod session;
+pub mod sqlite_sum;
+pub mod views;
+
+pub use error::{Error, Result};
+pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
+pub use output::{OutputFormat, format_result};
+pub use session::{QueryResult, Session, TABLES};
+pub use sqlite_sum::sqlite_sum;

@@ -1,0 +1,63 @@
+//! Query results as text: an aligned table, CSV (RFC 4180 with a header row) or JSON.
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+
+use crate::error::Result;
+use crate::session::QueryResult;
+
+/// Output formats for a query result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// An aligned text table.
+    Table,
+    /// A header row, then RFC 4180 rows (CRLF-free, quoted where needed).
+    Csv,
+    /// A JSON array of objects, one a row; NULLs are kept as `null`.
+    Json,
+}
+
+/// Formats `result` in `format`.
+pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<String> {
+    let nonempty: Vec<RecordBatch> = result.batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
+    match format {
+        OutputFormat::Table => {
+            let batches = if nonempty.is_empty() {
+                vec![RecordBatch::new_empty(result.schema.clone())]
+            } else {
+                nonempty
+            };
+            Ok(format!("{}\n", pretty_format_batches(&batches)?))
+        }
+        OutputFormat::Csv => {
+            let mut buf = Vec::new();
+            {
+                let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut buf);
+                if nonempty.is_empty() {
+                    w.write(&RecordBatch::new_empty(result.schema.clone()))?;
+                }
+                for b in &nonempty {
+                    w.write(b)?;
+                }
+            }
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+        OutputFormat::Json => {
+            let mut buf = Vec::new();
+            {
+                let mut w = arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, arrow::json::writer::JsonArray>(&mut buf);
+                for b in &nonempty {
+                    w.write(b)?;
+                }
+                w.finish()?;
+            }
+            if buf.is_empty() {
+                buf.extend_from_slice(b"[]");
+            }
+            buf.push(b'\n');
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The SQL text of every view, and the seed's queries, kept verbatim where the seed gives them.
+
+/// Seed 000's `job_rollup` view, verbatim.
+pub const SEED_JOB_ROLLUP_VIEW: &str = "CREATE VIEW job_rollup AS
+SELECT job_id,
+       MAX(idem_key)                   AS idem_key,
+       SUM(lane = 'free')              AS free_attempts,
+       SUM(lane = 'paid')              AS paid_attempts,
+       SUM(tokens_in + tokens_out)     AS tokens,
+       COUNT(DISTINCT artifact_id)     AS artifacts
+FROM job_attempt
+GROUP BY job_id;";
+
+/// Seed 000's first rollup query, verbatim: tokens per artifact (dividing by `SUM(artifacts)`,
+/// which counts duplicates) and cross-lane retries per job.
+pub const SEED_Q1_TOKENS_PER_ARTIFACT: &str = "-- tokens per unique artifact, plus cross-lane pressure
+SELECT ROUND(SUM(tokens) * 1.0 / SUM(artifacts), 1)   AS tokens_per_artifact,
+       ROUND(SUM(free_attempts > 0 AND paid_attempts > 0) * 1.0
+             / COUNT(*), 3)                          AS cross_lane_per_job
+FROM job_rollup;";
+
+/// Seed 000's second rollup query, verbatim: the duplicates themselves.
+pub const SEED_Q2_DUPLICATES: &str = "-- the duplicates themselves
+SELECT idem_key, COUNT(DISTINCT artifact_id) AS n
+FROM job_attempt
+WHERE artifact_id IS NOT NULL
+GROUP BY idem_key
+HAVING n > 1;";
+
+/// `job_week`: each job's ISO week, from its first attempt's `started_at` (SPEC 4).
+/// Columns: job_id, week_start (Monday 00:00 UTC), iso_week (`2026-W47`).
+pub const JOB_WEEK_VIEW: &str = "CREATE VIEW job_week AS
+SELECT job_id,
+       date_trunc('week', MIN(started_at)) AS week_start,
+       to_char(MIN(started_at), '%G-W%V')  AS iso_week
+FROM job_attempt
+GROUP BY job_id";
+
+/// `weekly_metrics`: seed 000's drill table for each ISO week (SPEC 4), one row a week.
+///
+/// A ratio whose denominator is 0 is NULL. `tokens_per_accepted_artifact` divides by unique
+/// accepted artifacts (distinct idem_key with an artifact), as the drill table does;
+/// `tokens_per_artifact` divides by `SUM(artifacts)` of `job_rollup`, as the seed's first query does.
+pub const WEEKLY_METRICS_VIEW: &str = "CREATE VIEW weekly_metrics AS
+WITH a AS (
+  SELECT w.iso_week, w.week_start, x.job_id, x.idem_key, x.lane,
+         x.tokens_in + x.tokens_out AS tokens, x.artifact_id
+  FROM job_attempt x JOIN job_week w ON x.job_id = w.job_id
+),
+per_job AS (
+  SELECT iso_week, week_start, job_id,
+         SUM(lane = 'free') AS free_attempts,
+         SUM(lane = 'paid') AS paid_attempts,
+         SUM(tokens) AS tokens,
+         COUNT(DISTINCT artifact_id) AS artifacts
+  FROM a GROUP BY iso_week, week_start, job_id
+),
+per_key AS (
+  SELECT iso_week, idem_key, COUNT(DISTINCT artifact_id) AS artifacts
+  FROM a WHERE artifact_id IS NOT NULL
+  GROUP BY iso_week, idem_key
+),
+jobs AS (
+  SELECT iso_week, MIN(week_start) AS week_start,
+         COUNT(*) AS jobs,
+         SUM(free_attempts) AS free_attempts,
+         SUM(paid_attempts) AS paid_attempts,
+         SUM(tokens) AS total_tokens,
+         SUM(artifacts) AS artifacts,
+         SUM(free_attempts > 0 AND paid_attempts > 0) AS cross_lane_jobs
+  FROM per_job GROUP BY iso_week
+),
+keys AS (
+  SELECT iso_week, COUNT(*) AS unique_accepted_artifacts,
+         SUM(artifacts - 1) AS duplicate_artifacts
+  FROM per_key GROUP BY iso_week
+)
+SELECT j.iso_week, j.week_start, j.jobs, j.free_attempts, j.paid_attempts, j.total_tokens,
+       COALESCE(k.unique_accepted_artifacts, 0) AS unique_accepted_artifacts,
+       COALESCE(k.duplicate_artifacts, 0) AS duplicate_artifacts,
+       j.cross_lane_jobs,
+       j.artifacts,
+       CAST(j.total_tokens AS DOUBLE) / NULLIF(k.unique_accepted_artifacts, 0) AS tokens_per_accepted_artifact,
+       CAST(j.total_tokens AS DOUBLE) / NULLIF(j.artifacts, 0) AS tokens_per_artifact,
+       100.0 * COALESCE(k.duplicate_artifacts, 0) / NULLIF(j.jobs, 0) AS duplicate_artifacts_per_100_jobs,
+       CAST(j.cross_lane_jobs AS DOUBLE) / NULLIF(j.jobs, 0) AS cross_lane_retries_per_job
+FROM jobs j LEFT JOIN keys k ON j.iso_week = k.iso_week";
+
+/// `duplicate_artifact`: every artifact of each idem_key that has more than one (seed 000's second
+/// query, row by row). Columns: idem_key, artifact_id, job_id, attempt_no, lane, outcome, ended_at.
+pub const DUPLICATE_ARTIFACT_VIEW: &str = "CREATE VIEW duplicate_artifact AS
+SELECT a.idem_key, a.artifact_id, a.job_id, a.attempt_no, a.lane, a.outcome, a.ended_at
+FROM job_attempt a
+JOIN (SELECT idem_key FROM job_attempt
+      WHERE artifact_id IS NOT NULL
+      GROUP BY idem_key
+      HAVING COUNT(DISTINCT artifact_id) > 1) d
+  ON a.idem_key = d.idem_key
+WHERE a.artifact_id IS NOT NULL";
+
+/// Every view, in creation order: (name, SQL).
+pub const VIEWS: [(&str, &str); 4] = [
+    ("job_rollup", SEED_JOB_ROLLUP_VIEW),
+    ("job_week", JOB_WEEK_VIEW),
+    ("weekly_metrics", WEEKLY_METRICS_VIEW),
+    ("duplicate_artifact", DUPLICATE_ARTIFACT_VIEW),
+];

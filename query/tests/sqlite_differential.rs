@@ -1,0 +1,168 @@
+//! The seed's own SQL on the same rows in bundled SQLite and in laneledger must agree (SPEC 3).
+//!
+//! SQLite gets seed 000's `CREATE TABLE job_attempt`, index and `CREATE VIEW job_rollup` verbatim;
+//! the rows are read back out of the ledger, so both engines see exactly what was accepted.
+
+mod common;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
+use laneledger_query::Session;
+use laneledger_query::views::{SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
+use laneledger_store::Ledger;
+use laneledger_store::drill::Policy;
+
+/// Seed 000's DDL, verbatim.
+const SEED_DDL: &str = "CREATE TABLE job_attempt (
+  job_id      TEXT NOT NULL,
+  idem_key    TEXT NOT NULL,
+  attempt_no  INTEGER NOT NULL,
+  lane        TEXT NOT NULL CHECK (lane IN ('free','paid')),
+  started_at  TEXT NOT NULL,
+  ended_at    TEXT,
+  outcome     TEXT,   -- ok | retryable | ambiguous | permanent
+  tokens_in   INTEGER DEFAULT 0,
+  tokens_out  INTEGER DEFAULT 0,
+  artifact_id TEXT,
+  PRIMARY KEY (job_id, attempt_no)
+);
+
+CREATE INDEX idx_artifact ON job_attempt(artifact_id);";
+
+fn sqlite_of(ledger: &Ledger) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch(SEED_DDL).unwrap();
+    conn.execute_batch(SEED_JOB_ROLLUP_VIEW).unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    {
+        let mut ins = tx
+            .prepare(
+                "INSERT INTO job_attempt (job_id, idem_key, attempt_no, lane, started_at, ended_at, outcome,
+                 tokens_in, tokens_out, artifact_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .unwrap();
+        ledger
+            .for_each_attempt(|s| {
+                let a = &s.attempt;
+                let ts = laneledger_store::format_timestamp;
+                ins.execute(rusqlite::params![
+                    a.job_id,
+                    a.idem_key,
+                    a.attempt_no,
+                    a.lane.as_str(),
+                    ts(a.started_at),
+                    a.ended_at.map(ts),
+                    a.outcome.map(|o| o.as_str()),
+                    a.tokens_in.unwrap_or(0) as i64,
+                    a.tokens_out.unwrap_or(0) as i64,
+                    a.artifact_id,
+                ])
+                .unwrap();
+            })
+            .unwrap();
+    }
+    tx.commit().unwrap();
+    conn
+}
+
+/// A value both engines print the same way.
+fn cell_df(col: &dyn Array, row: usize) -> String {
+    if col.is_null(row) {
+        return "NULL".into();
+    }
+    match col.data_type() {
+        DataType::Int64 => col.as_primitive::<Int64Type>().value(row).to_string(),
+        DataType::UInt64 => col.as_primitive::<UInt64Type>().value(row).to_string(),
+        DataType::Float64 => format!("{:?}", col.as_primitive::<Float64Type>().value(row)),
+        DataType::Utf8 => col.as_string::<i32>().value(row).to_string(),
+        DataType::Utf8View => col.as_string_view().value(row).to_string(),
+        other => panic!("unexpected type {other}"),
+    }
+}
+
+fn rows_df(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            out.push(b.columns().iter().map(|c| cell_df(c.as_ref(), r)).collect());
+        }
+    }
+    out
+}
+
+fn rows_sqlite(conn: &rusqlite::Connection, sql: &str) -> Vec<Vec<String>> {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |row| {
+        Ok((0..n)
+            .map(|i| match row.get_ref(i).unwrap() {
+                rusqlite::types::ValueRef::Null => "NULL".to_string(),
+                rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                rusqlite::types::ValueRef::Real(v) => format!("{v:?}"),
+                rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                rusqlite::types::ValueRef::Blob(_) => "BLOB".to_string(),
+            })
+            .collect())
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// Runs each query in both engines and asserts identical rows (sorted: SQL sets have no order).
+/// Returns laneledger's rows of seed query 1 for further checks.
+async fn assert_same(ledger: Ledger) -> Vec<Vec<String>> {
+    let conn = sqlite_of(&ledger);
+    let session = Session::new(ledger).await.unwrap();
+    let queries = [
+        SEED_Q1_TOKENS_PER_ARTIFACT,
+        SEED_Q2_DUPLICATES,
+        "SELECT * FROM job_rollup",
+        "SELECT COUNT(*), SUM(free_attempts), SUM(paid_attempts), SUM(tokens), SUM(artifacts) FROM job_rollup",
+    ];
+    let mut q1 = Vec::new();
+    for (i, sql) in queries.iter().enumerate() {
+        let mut ours = rows_df(&session.query(sql).await.unwrap().batches);
+        let mut theirs = rows_sqlite(&conn, sql);
+        ours.sort();
+        theirs.sort();
+        assert_eq!(ours.len(), theirs.len(), "row count of {sql}");
+        assert_eq!(ours, theirs, "{sql}");
+        if i == 0 {
+            q1 = ours;
+        }
+    }
+    q1
+}
+
+#[tokio::test]
+async fn seed_sql_matches_sqlite_on_the_nopin_drill() {
+    let (_d, ledger) = common::ledger_from(&["drill-nopin-2026-W47.ndjson"]);
+    let q1 = assert_same(ledger).await;
+    // 334,000 tokens over SUM(artifacts) = 321 (300 jobs + 21 duplicates); 5 cross-lane jobs of 300.
+    assert_eq!(q1, [["1040.5", "0.017"]]);
+}
+
+#[tokio::test]
+async fn seed_sql_matches_sqlite_on_the_pin_drill() {
+    let (_d, ledger) = common::ledger_from(&["drill-pin-2026-W48.ndjson"]);
+    let q1 = assert_same(ledger).await;
+    assert_eq!(q1, [["1184.0", "0.147"]]);
+}
+
+#[tokio::test]
+async fn seed_sql_matches_sqlite_on_the_trace_week() {
+    let (_d, ledger) = common::ledger_from(&["trace-code-2023-11-16.ndjson", "trace-conv-2023-11-16.ndjson"]);
+    assert_same(ledger).await;
+}
+
+#[tokio::test]
+async fn seed_sql_matches_sqlite_on_100k_generated_attempts() {
+    let (_d, ledger) = common::ledger_from_drill(75_000, Policy::NoPin, 42);
+    assert!(
+        ledger.attempt_count().unwrap() >= 100_000,
+        "{}",
+        ledger.attempt_count().unwrap()
+    );
+    assert_same(ledger).await;
+}

@@ -1,0 +1,146 @@
+//! The command line (SPEC 8).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// An embedded ledger database for LLM job attempts: ingest router logs, query them with SQL,
+/// review the week.
+#[derive(Debug, Parser)]
+#[command(name = "laneledger", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The ledger file shared by most commands.
+#[derive(Debug, clap::Args)]
+pub struct DbArg {
+    /// The ledger file.
+    #[arg(long, default_value = "laneledger.redb")]
+    pub db: PathBuf,
+}
+
+/// Input formats for `ingest`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    /// One JSON object a line.
+    Ndjson,
+    /// A header row, then one record a row.
+    Csv,
+}
+
+/// Output formats for `sql`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SqlFormat {
+    /// An aligned text table.
+    Table,
+    /// RFC 4180 CSV with a header row.
+    Csv,
+    /// A JSON array of objects.
+    Json,
+}
+
+/// Output formats for `review`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReviewFormat {
+    /// Aligned text.
+    Text,
+    /// JSON.
+    Json,
+}
+
+/// The drill's routing policy (seed 000).
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PolicyArg {
+    /// Pin + dedup: seed 000 `next_lane`.
+    Pin,
+    /// Retry free, no pin.
+    Nopin,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ingest attempt records from NDJSON or CSV files (`-` for stdin). Exit 0 when every record
+    /// was taken or was a duplicate, 3 when some were rejected or in conflict, 1 on an I/O error.
+    Ingest {
+        #[command(flatten)]
+        db: DbArg,
+        /// The input format; by default `.csv` files are CSV and everything else NDJSON.
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
+        /// Files to read; `-` reads stdin.
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
+    /// Run one read-only SQL statement over the ledger.
+    Sql {
+        #[command(flatten)]
+        db: DbArg,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: SqlFormat,
+        /// The statement, e.g. "SELECT * FROM job_rollup LIMIT 5"; `-` reads it from stdin.
+        #[arg(allow_hyphen_values = true)]
+        sql: String,
+    },
+    /// Print the weekly review: seed 000's drill table and alerts for one ISO week.
+    Review {
+        #[command(flatten)]
+        db: DbArg,
+        /// The ISO week, e.g. 2026-W47; the latest week with data by default.
+        #[arg(long)]
+        week: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: ReviewFormat,
+    },
+    /// Serve the review site and API.
+    Serve {
+        #[command(flatten)]
+        db: DbArg,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
+    /// Generate seed 000's drill as attempt NDJSON, synthetic or replaying a request trace.
+    Drill {
+        /// Jobs to generate (with --trace: at most this many trace rows; all by default).
+        #[arg(long, required_unless_present = "trace")]
+        jobs: Option<usize>,
+        /// The routing policy.
+        #[arg(long, value_enum)]
+        policy: PolicyArg,
+        /// The random seed; the same seed gives the same output.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// When the first job starts (RFC 3339).
+        #[arg(long, default_value = "2026-11-16T00:00:00Z")]
+        start: String,
+        /// Days the synthetic jobs are spread over.
+        #[arg(long, default_value_t = 5.0)]
+        days: f64,
+        /// Replay a request trace (CSV: TIMESTAMP,ContextTokens,GeneratedTokens); the output keeps
+        /// the trace's line ends and final-newline framing.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Prefix of job_id, idem_key and artifact_id.
+        #[arg(long, default_value = "")]
+        job_prefix: String,
+        /// Write here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Build a ledger from sample-data/ in a temporary folder and serve it.
+    Demo {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        /// The sample data folder.
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,72 @@
+//! `laneledger drill`: seed 000's drill as attempt NDJSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+
+use crate::cli::PolicyArg;
+
+pub struct Args {
+    pub jobs: Option<usize>,
+    pub policy: PolicyArg,
+    pub seed: u64,
+    pub start: String,
+    pub days: f64,
+    pub trace: Option<PathBuf>,
+    pub job_prefix: String,
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let mut rng = SplitMix64::new(a.seed);
+    let (jobs, crlf, final_newline) = match &a.trace {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let mut jobs = drill::trace_jobs(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            if let Some(n) = a.jobs {
+                jobs.truncate(n);
+            }
+            (jobs, text.contains("\r\n"), text.ends_with('\n'))
+        }
+        None => {
+            let start = laneledger_store::parse_timestamp(&a.start).map_err(|e| anyhow::anyhow!("--start: {e}"))?;
+            if a.days.is_nan() || a.days <= 0.0 {
+                bail!("--days must be above 0");
+            }
+            (
+                drill::synthetic_jobs(a.jobs.unwrap_or(0), start, a.days, &mut rng),
+                false,
+                true,
+            )
+        }
+    };
+    let cfg = DrillConfig {
+        policy: match a.policy {
+            PolicyArg::Pin => Policy::Pin,
+            PolicyArg::Nopin => Policy::NoPin,
+        },
+        seed: a.seed,
+        job_prefix: a.job_prefix,
+    };
+    let attempts = drill::run(&cfg, &jobs, &mut rng);
+    let out: Box<dyn Write> = match &a.out {
+        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut out = std::io::BufWriter::new(out);
+    let eol = if crlf { "\r\n" } else { "\n" };
+    for (i, attempt) in attempts.iter().enumerate() {
+        if i > 0 {
+            out.write_all(eol.as_bytes())?;
+        }
+        serde_json::to_writer(&mut out, &attempt.to_json())?;
+    }
+    if final_newline && !attempts.is_empty() {
+        out.write_all(eol.as_bytes())?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,77 @@
+//! `laneledger ingest`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use laneledger_store::{Counters, DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
+
+use crate::cli::FormatArg;
+
+/// Inputs at least this large get a progress bar (when stderr is a terminal).
+const PROGRESS_BYTES: u64 = 8 << 20;
+/// Problems printed per input; the rest are counted and kept in the ledger.
+const PRINT_PROBLEMS: usize = 50;
+
+pub fn run(db: &Path, format: Option<FormatArg>, files: &[String]) -> anyhow::Result<ExitCode> {
+    let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
+    let mut total = Counters::default();
+    for name in files {
+        let fmt = match format {
+            Some(FormatArg::Csv) => InputFormat::Csv,
+            Some(FormatArg::Ndjson) => InputFormat::Ndjson,
+            None => InputFormat::from_path(name),
+        };
+        let counters = ingest_one(&ledger, name, fmt)?;
+        total.merge(&counters);
+    }
+    println!("{total}");
+    Ok(if total.rejected > 0 || total.conflicts > 0 {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn ingest_one(ledger: &Ledger, name: &str, fmt: InputFormat) -> anyhow::Result<Counters> {
+    let (reader, size): (Box<dyn BufRead>, Option<u64>) = if name == "-" {
+        (Box::new(BufReader::new(std::io::stdin().lock())), None)
+    } else {
+        let f = File::open(name).with_context(|| format!("opening {name}"))?;
+        let size = f.metadata().ok().map(|m| m.len());
+        (Box::new(BufReader::with_capacity(1 << 16, f)), size)
+    };
+    let bar = match size {
+        Some(n) if n >= PROGRESS_BYTES && std::io::stderr().is_terminal() => {
+            let bar = ProgressBar::new(n).with_message(name.to_string());
+            bar.set_style(
+                ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                    .expect("a fixed template parses")
+                    .progress_chars("=> "),
+            );
+            Some(bar)
+        }
+        _ => None,
+    };
+    let report = ingest_reader(ledger, name, reader, fmt, DEFAULT_BATCH, |bytes| {
+        if let Some(b) = &bar {
+            b.set_position(bytes);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    for p in report.problems.iter().take(PRINT_PROBLEMS) {
+        eprintln!("{p}");
+    }
+    if report.problems.len() > PRINT_PROBLEMS {
+        eprintln!(
+            "{name}: … and {} more (all kept: SELECT * FROM ingest_reject / attempt_conflict)",
+            report.problems.len() - PRINT_PROBLEMS
+        );
+    }
+    Ok(report.counters)
+}

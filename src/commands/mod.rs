@@ -1,0 +1,77 @@
+//! One function per command; each returns the process exit code.
+
+mod demo;
+mod drill;
+mod ingest;
+mod review;
+mod serve;
+mod sql;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use laneledger_store::Ledger;
+
+use crate::cli::{Cli, Command};
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Ingest { db, format, files } => ingest::run(&db.db, format, &files),
+        Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
+        Command::Review { db, week, format } => review::run(&db.db, week.as_deref(), format),
+        Command::Serve { db, addr } => serve::run(&db.db, addr),
+        Command::Drill {
+            jobs,
+            policy,
+            seed,
+            start,
+            days,
+            trace,
+            job_prefix,
+            out,
+        } => drill::run(drill::Args {
+            jobs,
+            policy,
+            seed,
+            start,
+            days,
+            trace,
+            job_prefix,
+            out,
+        }),
+        Command::Demo { addr, data } => demo::run(addr, data),
+    }
+}
+
+/// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week), else 1.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    use laneledger_query::Error as Q;
+    for cause in e.chain() {
+        if let Some(q) = cause.downcast_ref::<Q>() {
+            return match q {
+                Q::ReadOnly(_) | Q::Plan(_) | Q::BadWeek(_) | Q::UnknownWeek(_) => 2,
+                _ => 1,
+            };
+        }
+    }
+    1
+}
+
+/// Opens a ledger that must already exist (for commands that only read).
+pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
+    if !db.exists() {
+        bail!(
+            "no ledger at {} (create one with `laneledger ingest --db {} FILE`)",
+            db.display(),
+            db.display()
+        );
+    }
+    Ledger::open(db).with_context(|| format!("opening {}", db.display()))
+}
+
+/// A current-thread-free tokio runtime for the async commands.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}

@@ -1,0 +1,64 @@
+//! The store's error type.
+
+use std::path::PathBuf;
+
+/// `Result` with the store's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong in the store: opening the ledger, reading input, or a redb call.
+///
+/// A bad input *record* is not an error: it becomes a [`crate::Reject`] kept in `ingest_reject`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another process (or another handle in this one) holds the ledger file open.
+    #[error("ledger {0} is already open by another process")]
+    AlreadyOpen(PathBuf),
+    /// The file was written by a newer laneledger whose format this build cannot read.
+    #[error("ledger {path} has format version {found}; this build reads up to {supported}")]
+    FormatVersion {
+        /// The ledger file.
+        path: PathBuf,
+        /// The version stored in its `meta` table.
+        found: u64,
+        /// The newest version this build reads.
+        supported: u64,
+    },
+    /// A stored record could not be decoded (corruption, or a bug).
+    #[error("stored {table} record {key} cannot be decoded: {reason}")]
+    Corrupt {
+        /// The redb table.
+        table: &'static str,
+        /// The record's key, printed.
+        key: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// Reading the input failed (not a bad record: the file itself).
+    #[error("{source_name}: {error}")]
+    Input {
+        /// The input's name (file path or `-` for stdin).
+        source_name: String,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// A redb storage, transaction or commit error.
+    #[error("ledger storage: {0}")]
+    Storage(#[from] redb::Error),
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Storage(e.into())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

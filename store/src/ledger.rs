@@ -1,0 +1,406 @@
+//! The ledger: one redb file, append-only, keyed by (job_id, attempt_no) with an idem_key index.
+//!
+//! Writes go through [`Ledger::write_batch`], one redb write transaction a batch: when it returns
+//! `Ok`, every accepted record of the batch is durable (redb's default `Durability::Immediate`
+//! fsyncs the commit). Readers open their own read transaction and never wait for a writer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::record::{Attempt, AttemptRecord, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt};
+use crate::tables::{ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, COUNTER, FORMAT_VERSION, INGEST_REJECT, META};
+use crate::time::now_micros;
+use crate::write_rules::{Merge, merge};
+
+/// One record offered to the ledger: a parsed attempt, or a line already known to be bad.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    /// A parsed attempt with where it came from.
+    Attempt {
+        /// A file path, `-` for stdin, or an HTTP route.
+        source: String,
+        /// 1-based line number in the source.
+        line: u64,
+        /// The raw text, kept if the record conflicts.
+        raw: String,
+        /// The record.
+        attempt: Attempt,
+    },
+    /// A line that failed to parse; it is kept in `ingest_reject`.
+    Reject(Reject),
+}
+
+/// What the ledger did with one record (SPEC 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum WriteResult {
+    /// A new identity: a new row.
+    Accepted,
+    /// The row in force gained these fields.
+    Completed {
+        /// The fields the row gained.
+        fields: Vec<String>,
+    },
+    /// Nothing new: a duplicate delivery, counted, not an error.
+    Duplicate,
+    /// A field already set differs; the record is kept in `attempt_conflict`.
+    Conflict {
+        /// The differing fields.
+        fields: Vec<String>,
+    },
+    /// The record could not be read; it is kept in `ingest_reject`.
+    Rejected {
+        /// The field at fault, if one is.
+        field: Option<String>,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Totals of [`WriteResult`]s: one ingest's summary, or the ledger's running totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// New rows.
+    pub accepted: u64,
+    /// Rows completed by a later record.
+    pub completed: u64,
+    /// Duplicate deliveries.
+    pub duplicates: u64,
+    /// Conflicting records kept in `attempt_conflict`.
+    pub conflicts: u64,
+    /// Rejected lines kept in `ingest_reject`.
+    pub rejected: u64,
+}
+
+impl Counters {
+    /// Counts one result.
+    pub fn add(&mut self, r: &WriteResult) {
+        match r {
+            WriteResult::Accepted => self.accepted += 1,
+            WriteResult::Completed { .. } => self.completed += 1,
+            WriteResult::Duplicate => self.duplicates += 1,
+            WriteResult::Conflict { .. } => self.conflicts += 1,
+            WriteResult::Rejected { .. } => self.rejected += 1,
+        }
+    }
+
+    /// Adds another set of totals.
+    pub fn merge(&mut self, o: &Counters) {
+        self.accepted += o.accepted;
+        self.completed += o.completed;
+        self.duplicates += o.duplicates;
+        self.conflicts += o.conflicts;
+        self.rejected += o.rejected;
+    }
+
+    /// Records offered in all.
+    pub fn total(&self) -> u64 {
+        self.accepted + self.completed + self.duplicates + self.conflicts + self.rejected
+    }
+}
+
+impl std::fmt::Display for Counters {
+    /// `accepted 3, completed 1, duplicate deliveries 2, conflicts 0, rejected 1`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "accepted {}, completed {}, duplicate deliveries {}, conflicts {}, rejected {}",
+            self.accepted, self.completed, self.duplicates, self.conflicts, self.rejected
+        )
+    }
+}
+
+const COUNTER_NAMES: [&str; 5] = ["accepted", "completed", "duplicates", "conflicts", "rejected"];
+const NEXT_SEQ: &str = "next_attempt_seq";
+const NEXT_CONFLICT: &str = "next_conflict";
+const NEXT_REJECT: &str = "next_reject";
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("ledger records always encode")
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, key: impl std::fmt::Debug, bytes: &[u8]) -> Result<T> {
+    postcard::from_bytes(bytes).map_err(|e| Error::Corrupt {
+        table,
+        key: format!("{key:?}"),
+        reason: e.to_string(),
+    })
+}
+
+/// Decodes a stored attempt value (any format version this build reads).
+pub fn decode_attempt(bytes: &[u8]) -> Result<StoredAttempt> {
+    match decode::<AttemptRecord>("attempt", "value", bytes)? {
+        AttemptRecord::V1(a) => Ok(a),
+    }
+}
+
+/// The attempt ledger. Cheap to clone: clones share one open redb [`Database`].
+#[derive(Clone)]
+pub struct Ledger {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").field("path", &self.path).finish()
+    }
+}
+
+impl Ledger {
+    /// Opens the ledger at `path`, creating it (and its tables) when it does not exist.
+    ///
+    /// Errors: [`Error::AlreadyOpen`] when another process holds the file, [`Error::FormatVersion`]
+    /// when a newer laneledger wrote it, [`Error::Storage`] for anything redb reports.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
+            Err(e) => return Err(Error::Storage(e.into())),
+        };
+        let txn = db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            let found = meta.get("format_version")?.map(|v| v.value());
+            match found {
+                Some(v) if v > FORMAT_VERSION => {
+                    return Err(Error::FormatVersion {
+                        path,
+                        found: v,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    meta.insert("format_version", FORMAT_VERSION)?;
+                }
+            }
+            txn.open_table(ATTEMPT)?;
+            txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            txn.open_table(ATTEMPT_CONFLICT)?;
+            txn.open_table(INGEST_REJECT)?;
+            txn.open_table(COUNTER)?;
+        }
+        txn.commit()?;
+        Ok(Ledger { db: Arc::new(db), path })
+    }
+
+    /// The ledger file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shared redb handle, for crates that add their own tables.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Applies SPEC 2's write rules to each record in order, in one write transaction, and commits.
+    ///
+    /// Returns one [`WriteResult`] per record, in order. When this returns `Ok`, the batch is
+    /// durable; on `Err` nothing of the batch was written.
+    pub fn write_batch(&self, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
+        let now = now_micros();
+        let txn = self.db.begin_write()?;
+        let mut results = Vec::with_capacity(batch.len());
+        {
+            let mut attempts = txn.open_table(ATTEMPT)?;
+            let mut by_idem = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            let mut conflicts = txn.open_table(ATTEMPT_CONFLICT)?;
+            let mut rejects = txn.open_table(INGEST_REJECT)?;
+            let mut counter = txn.open_table(COUNTER)?;
+            let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
+            let mut next_seq = get(NEXT_SEQ)?;
+            let mut next_conflict = get(NEXT_CONFLICT)?;
+            let mut next_reject = get(NEXT_REJECT)?;
+            let mut totals = Counters::default();
+
+            for item in batch {
+                let result = match item {
+                    Incoming::Reject(reject) => {
+                        next_reject += 1;
+                        let r = WriteResult::Rejected {
+                            field: reject.field.clone(),
+                            reason: reject.reason.clone(),
+                        };
+                        rejects.insert(next_reject, encode(&RejectRecord::V1(reject)).as_slice())?;
+                        r
+                    }
+                    Incoming::Attempt {
+                        source,
+                        line,
+                        raw,
+                        attempt,
+                    } => {
+                        let key = (attempt.job_id.as_str(), attempt.attempt_no);
+                        let held = match attempts.get(key)? {
+                            Some(v) => Some(decode_attempt(v.value())?),
+                            None => None,
+                        };
+                        match held {
+                            None => {
+                                next_seq += 1;
+                                let stored = StoredAttempt {
+                                    attempt,
+                                    seq: next_seq,
+                                    ingested_at: now,
+                                };
+                                let a = &stored.attempt;
+                                attempts.insert(
+                                    (a.job_id.as_str(), a.attempt_no),
+                                    encode(&AttemptRecord::V1(stored.clone())).as_slice(),
+                                )?;
+                                by_idem.insert(a.idem_key.as_str(), (a.job_id.as_str(), a.attempt_no))?;
+                                WriteResult::Accepted
+                            }
+                            Some(held) => match merge(&held.attempt, &attempt) {
+                                Merge::Duplicate => WriteResult::Duplicate,
+                                Merge::Complete(row, fields) => {
+                                    let stored = StoredAttempt { attempt: *row, ..held };
+                                    attempts.insert(key, encode(&AttemptRecord::V1(stored)).as_slice())?;
+                                    WriteResult::Completed { fields }
+                                }
+                                Merge::Conflict(fields) => {
+                                    next_conflict += 1;
+                                    let c = Conflict {
+                                        source,
+                                        line,
+                                        job_id: attempt.job_id.clone(),
+                                        attempt_no: attempt.attempt_no,
+                                        fields: fields.clone(),
+                                        attempt,
+                                        raw,
+                                        received_at: now,
+                                    };
+                                    conflicts.insert(next_conflict, encode(&ConflictRecord::V1(c)).as_slice())?;
+                                    WriteResult::Conflict { fields }
+                                }
+                            },
+                        }
+                    }
+                };
+                totals.add(&result);
+                results.push(result);
+            }
+            counter.insert(NEXT_SEQ, next_seq)?;
+            counter.insert(NEXT_CONFLICT, next_conflict)?;
+            counter.insert(NEXT_REJECT, next_reject)?;
+            let add = [
+                totals.accepted,
+                totals.completed,
+                totals.duplicates,
+                totals.conflicts,
+                totals.rejected,
+            ];
+            for (name, n) in COUNTER_NAMES.iter().zip(add) {
+                if n > 0 {
+                    let old = counter.get(*name)?.map(|v| v.value()).unwrap_or(0);
+                    counter.insert(*name, old + n)?;
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(results)
+    }
+
+    /// The ledger's running totals of every write result since it was created.
+    pub fn counters(&self) -> Result<Counters> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(COUNTER)?;
+        let get = |name: &str| -> Result<u64> { Ok(t.get(name)?.map(|v| v.value()).unwrap_or(0)) };
+        Ok(Counters {
+            accepted: get("accepted")?,
+            completed: get("completed")?,
+            duplicates: get("duplicates")?,
+            conflicts: get("conflicts")?,
+            rejected: get("rejected")?,
+        })
+    }
+
+    /// The number of attempt rows.
+    pub fn attempt_count(&self) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(ATTEMPT)?.len()?)
+    }
+
+    /// Calls `f` on every attempt in (job_id, attempt_no) order, from one consistent snapshot.
+    pub fn for_each_attempt(&self, mut f: impl FnMut(StoredAttempt)) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ATTEMPT)?;
+        for row in t.iter()? {
+            let (_, v) = row?;
+            f(decode_attempt(v.value())?);
+        }
+        Ok(())
+    }
+
+    /// One attempt by its identity: an index read.
+    pub fn attempt(&self, job_id: &str, attempt_no: u32) -> Result<Option<StoredAttempt>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ATTEMPT)?;
+        t.get((job_id, attempt_no))?
+            .map(|v| decode_attempt(v.value()))
+            .transpose()
+    }
+
+    /// One job's attempts in `attempt_no` order: a range read on the primary key.
+    pub fn job_attempts(&self, job_id: &str) -> Result<Vec<StoredAttempt>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ATTEMPT)?;
+        let mut out = Vec::new();
+        for row in t.range((job_id, 0u32)..=(job_id, u32::MAX))? {
+            out.push(decode_attempt(row?.1.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Every attempt that carries `idem_key`, in (job_id, attempt_no) order: an index read.
+    pub fn attempts_by_idem_key(&self, idem_key: &str) -> Result<Vec<StoredAttempt>> {
+        let txn = self.db.begin_read()?;
+        let idx = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+        let t = txn.open_table(ATTEMPT)?;
+        let mut out = Vec::new();
+        for id in idx.get(idem_key)? {
+            let id = id?;
+            let (job, no) = id.value();
+            if let Some(v) = t.get((job, no))? {
+                out.push(decode_attempt(v.value())?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every conflict kept, in arrival order.
+    pub fn conflicts(&self) -> Result<Vec<Conflict>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ATTEMPT_CONFLICT)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            match decode::<ConflictRecord>("attempt_conflict", k.value(), v.value())? {
+                ConflictRecord::V1(c) => out.push(c),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every rejected line kept, in arrival order.
+    pub fn rejects(&self) -> Result<Vec<Reject>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(INGEST_REJECT)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            match decode::<RejectRecord>("ingest_reject", k.value(), v.value())? {
+                RejectRecord::V1(r) => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+}

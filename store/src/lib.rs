@@ -1,0 +1,34 @@
+//! laneledger's store: an append-only redb ledger of LLM job attempts.
+//!
+//! Routers send attempt records (SPEC 1.1) as NDJSON or CSV; [`parse`] reads them, the
+//! [`Ledger`] applies the write rules of SPEC 2 (duplicate delivery, completion, conflict,
+//! reject) in one durable redb transaction per batch, and readers scan it in
+//! (job_id, attempt_no) order or look up one job or one idempotency key by index.
+//! The seeds' pure policy rules live in [`policy`]. No Arrow, no async runtime here.
+//!
+//! ```no_run
+//! use laneledger_store::{ingest_reader, InputFormat, Ledger, DEFAULT_BATCH};
+//! let ledger = Ledger::open("laneledger.redb")?;
+//! let input = std::io::BufReader::new(std::fs::File::open("attempts.ndjson").unwrap());
+//! let report = ingest_reader(&ledger, "attempts.ndjson", input, InputFormat::Ndjson, DEFAULT_BATCH, |_| {})?;
+//! println!("{}", report.counters);
+//! # Ok::<(), laneledger_store::Error>(())
+//! ```
+
+pub mod drill;
+pub mod error;
+pub mod ingest;
+pub mod ledger;
+pub mod parse;
+pub mod policy;
+pub mod record;
+pub mod tables;
+pub mod time;
+pub mod write_rules;
+
+pub use error::{Error, Result};
+pub use ingest::{DEFAULT_BATCH, IngestReport, ingest_reader};
+pub use ledger::{Counters, Incoming, Ledger, WriteResult};
+pub use parse::{AttemptReader, InputFormat, Parsed};
+pub use record::{Attempt, Conflict, Lane, Outcome, Reject, StoredAttempt};
+pub use time::{format_timestamp, now_micros, parse_timestamp};

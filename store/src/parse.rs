@@ -1,0 +1,618 @@
+//! Reading attempt records from NDJSON or CSV input (SPEC 1.1).
+//!
+//! Framing that routers and shippers produce is normal input: a UTF-8 byte-order mark, CRLF line
+//! ends, blank lines and a last line without a newline. Each line (each CSV row) becomes either a
+//! [`Parsed::Record`] or a [`Parsed::Reject`] naming the line, the field and the reason; a bad line
+//! never stops the lines after it.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+
+use crate::record::{Attempt, Lane, Outcome, Reject};
+use crate::time::{now_micros, parse_timestamp};
+
+/// The longest input line (or CSV row) read as a record: 1 MiB. A longer one is rejected.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// The longest `job_id` or `idem_key`: 256 bytes (SPEC 1.1).
+pub const MAX_ID_BYTES: usize = 256;
+/// The largest `attempt_no`: 2^31−1 (SPEC 1.1).
+pub const MAX_ATTEMPT_NO: u64 = i32::MAX as u64;
+
+/// Input formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// One JSON object a line.
+    Ndjson,
+    /// A header row with the seed's column names, then one record a row (RFC 4180).
+    Csv,
+}
+
+impl InputFormat {
+    /// Guesses the format from a file name: `.csv` is CSV, anything else NDJSON.
+    pub fn from_path(path: &str) -> Self {
+        if path.to_ascii_lowercase().ends_with(".csv") {
+            InputFormat::Csv
+        } else {
+            InputFormat::Ndjson
+        }
+    }
+}
+
+/// One input line, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// A record that passed every field rule.
+    Record {
+        /// 1-based line number (a CSV row's first line).
+        line: u64,
+        /// The raw text of the line.
+        raw: String,
+        /// The record.
+        attempt: Attempt,
+    },
+    /// A line that could not be read, with its reason.
+    Reject(Reject),
+}
+
+/// A field value before it is typed: a JSON value, or the text of a CSV cell.
+#[derive(Clone, Copy)]
+enum Cell<'a> {
+    Json(&'a Value),
+    Text(&'a str),
+}
+
+impl Cell<'_> {
+    /// JSON `null` and an empty CSV cell are "absent".
+    fn is_absent(&self) -> bool {
+        match self {
+            Cell::Json(v) => v.is_null(),
+            Cell::Text(s) => s.is_empty(),
+        }
+    }
+
+    fn to_json(self) -> Value {
+        match self {
+            Cell::Json(v) => v.clone(),
+            Cell::Text(s) => Value::String(s.to_string()),
+        }
+    }
+}
+
+type FieldError = (&'static str, String);
+
+fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+    match cell {
+        Cell::Json(Value::String(s)) => Ok(s.clone()),
+        Cell::Json(other) => Err((name, format!("expected a string, found {}", json_kind(other)))),
+        Cell::Text(s) => Ok(s.to_string()),
+    }
+}
+
+fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+    let s = string(name, cell)?;
+    if s.is_empty() {
+        return Err((name, "missing".into()));
+    }
+    if s.len() > MAX_ID_BYTES {
+        return Err((name, format!("longer than {MAX_ID_BYTES} bytes ({})", s.len())));
+    }
+    Ok(s)
+}
+
+fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Result<u64, FieldError> {
+    let n: i128 = match cell {
+        Cell::Json(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u as i128,
+            (None, Some(i)) => i as i128,
+            _ => return Err((name, format!("expected an integer, found {n}"))),
+        },
+        Cell::Json(other) => {
+            return Err((name, format!("expected an integer, found {}", json_kind(other))));
+        }
+        Cell::Text(s) => s
+            .trim()
+            .parse::<i128>()
+            .map_err(|_| (name, format!("expected an integer, found {s:?}")))?,
+    };
+    if n < min as i128 || n > max as i128 {
+        return Err((name, format!("{n} is outside {min}..={max}")));
+    }
+    Ok(n as u64)
+}
+
+fn timestamp(name: &'static str, cell: Cell) -> Result<i64, FieldError> {
+    let s = string(name, cell)?;
+    parse_timestamp(&s).map_err(|reason| (name, reason))
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`.
+fn decode_attempt<'a>(cells: impl Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
+    let mut job_id = None;
+    let mut idem_key = None;
+    let mut attempt_no = None;
+    let mut lane = None;
+    let mut started_at = None;
+    let mut a = Attempt {
+        job_id: String::new(),
+        idem_key: String::new(),
+        attempt_no: 0,
+        lane: Lane::Free,
+        started_at: 0,
+        ended_at: None,
+        outcome: None,
+        tokens_in: None,
+        tokens_out: None,
+        artifact_id: None,
+        http_status: None,
+        provider_code: None,
+        key_id: None,
+        pool_id: None,
+        model: None,
+        attrs: None,
+    };
+    let mut attrs: BTreeMap<String, Value> = BTreeMap::new();
+    for (name, cell) in cells {
+        if cell.is_absent() {
+            continue;
+        }
+        match name {
+            "job_id" => job_id = Some(id("job_id", cell)?),
+            "idem_key" => idem_key = Some(id("idem_key", cell)?),
+            "attempt_no" => attempt_no = Some(integer("attempt_no", cell, 1, MAX_ATTEMPT_NO)? as u32),
+            "lane" => {
+                let s = string("lane", cell)?;
+                lane = Some(Lane::parse(&s).ok_or(("lane", format!("{s:?} is not free or paid")))?);
+            }
+            "started_at" => started_at = Some(timestamp("started_at", cell)?),
+            "ended_at" => a.ended_at = Some(timestamp("ended_at", cell)?),
+            "outcome" => {
+                let s = string("outcome", cell)?;
+                a.outcome = Some(
+                    Outcome::parse(&s)
+                        .ok_or(("outcome", format!("{s:?} is not ok, retryable, ambiguous or permanent")))?,
+                );
+            }
+            "tokens_in" => a.tokens_in = Some(integer("tokens_in", cell, 0, i64::MAX as u64)?),
+            "tokens_out" => a.tokens_out = Some(integer("tokens_out", cell, 0, i64::MAX as u64)?),
+            "artifact_id" => {
+                let s = string("artifact_id", cell)?;
+                a.artifact_id = (!s.is_empty()).then_some(s);
+            }
+            "http_status" => a.http_status = Some(integer("http_status", cell, 0, 999)? as u16),
+            "provider_code" => a.provider_code = Some(integer("provider_code", cell, 0, u32::MAX as u64)? as u32),
+            "key_id" => a.key_id = Some(string("key_id", cell)?),
+            "pool_id" => a.pool_id = Some(string("pool_id", cell)?),
+            "model" => a.model = Some(string("model", cell)?),
+            // Derived columns of `job_attempt`: recomputed, never taken from input.
+            "error_kind" | "ingested_at" => {}
+            other => {
+                attrs.insert(other.to_string(), cell.to_json());
+            }
+        }
+    }
+    a.job_id = job_id.ok_or(("job_id", "missing".to_string()))?;
+    a.idem_key = idem_key.ok_or(("idem_key", "missing".to_string()))?;
+    a.attempt_no = attempt_no.ok_or(("attempt_no", "missing".to_string()))?;
+    a.lane = lane.ok_or(("lane", "missing".to_string()))?;
+    a.started_at = started_at.ok_or(("started_at", "missing".to_string()))?;
+    if !attrs.is_empty() {
+        a.attrs = Some(serde_json::to_string(&attrs).expect("a map of JSON values serializes"));
+    }
+    Ok(a)
+}
+
+/// A JSON object's members in input order; a repeated key is an error, not "last one wins".
+struct Members(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut out: Vec<(String, Value)> = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                    if out.iter().any(|(seen, _)| *seen == k) {
+                        return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
+                    }
+                    out.push((k, v));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Reads one NDJSON line as an attempt: `Err((field, reason))`, field `None` for bad JSON.
+pub fn attempt_from_json(line: &str) -> Result<Attempt, (Option<String>, String)> {
+    let members: Members = serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?;
+    decode_attempt(members.0.iter().map(|(k, v)| (k.as_str(), Cell::Json(v))))
+        .map_err(|(f, r)| (Some(f.to_string()), r))
+}
+
+/// Reads one CSV row as an attempt given the header's column names.
+pub fn attempt_from_csv(header: &[String], row: &[&str]) -> Result<Attempt, (Option<String>, String)> {
+    if row.len() != header.len() {
+        return Err((
+            None,
+            format!("expected {} fields as in the header, found {}", header.len(), row.len()),
+        ));
+    }
+    decode_attempt(header.iter().zip(row).map(|(h, v)| (h.as_str(), Cell::Text(v))))
+        .map_err(|(f, r)| (Some(f.to_string()), r))
+}
+
+/// Reads a line of at most `max` bytes into `buf` (without its `\n`); returns `None` at the end of
+/// input, else the line's full length (which may exceed `max`: the rest was skipped).
+fn read_line_bounded<R: BufRead>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Option<usize>> {
+    buf.clear();
+    let mut total = 0usize;
+    let mut saw_any = false;
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(saw_any.then_some(total));
+        }
+        saw_any = true;
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        total += take;
+        r.consume(take + usize::from(done));
+        if done {
+            return Ok(Some(total));
+        }
+    }
+}
+
+/// Iterates the records of one input, NDJSON or CSV, yielding a [`Parsed`] per non-blank line.
+///
+/// An `Err` is an I/O error reading the input itself; a bad record is `Ok(Parsed::Reject)`.
+pub struct AttemptReader<R: BufRead> {
+    source: String,
+    reader: R,
+    format: InputFormat,
+    line: u64,
+    buf: Vec<u8>,
+    header: Option<Vec<String>>,
+    bytes_read: u64,
+}
+
+impl<R: BufRead> AttemptReader<R> {
+    /// Reads `reader`, naming it `source` in rejects (a path, or `-` for stdin).
+    pub fn new(source: impl Into<String>, reader: R, format: InputFormat) -> Self {
+        AttemptReader {
+            source: source.into(),
+            reader,
+            format,
+            line: 0,
+            buf: Vec::new(),
+            header: None,
+            bytes_read: 0,
+        }
+    }
+
+    /// Bytes consumed so far (for a progress bar).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    fn reject(&self, line: u64, field: Option<String>, reason: String, raw: String) -> Parsed {
+        Parsed::Reject(Reject {
+            source: self.source.clone(),
+            line,
+            field,
+            reason,
+            raw,
+            received_at: now_micros(),
+        })
+    }
+
+    /// The next non-blank line, BOM and `\r` stripped: `(text or the UTF-8 error, full length)`.
+    fn next_line(&mut self) -> std::io::Result<Option<(Result<String, String>, usize)>> {
+        loop {
+            let Some(len) = read_line_bounded(&mut self.reader, &mut self.buf, MAX_LINE_BYTES + 2)? else {
+                return Ok(None);
+            };
+            self.line += 1;
+            self.bytes_read += len as u64 + 1;
+            let mut bytes: &[u8] = &self.buf;
+            if self.line == 1 {
+                bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+            }
+            bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+            if bytes.iter().all(u8::is_ascii_whitespace) && len <= MAX_LINE_BYTES {
+                continue;
+            }
+            let text = std::str::from_utf8(bytes)
+                .map(str::to_string)
+                .map_err(|_| String::from_utf8_lossy(bytes).into_owned());
+            return Ok(Some((text, len)));
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for AttemptReader<R> {
+    type Item = std::io::Result<Parsed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (text, len) = match self.next_line() {
+            Ok(Some(l)) => l,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let line = self.line;
+        let text = match text {
+            _ if len > MAX_LINE_BYTES => {
+                let raw = String::from_utf8_lossy(&self.buf[..self.buf.len().min(256)]).into_owned();
+                return Some(Ok(self.reject(
+                    line,
+                    None,
+                    format!("line longer than {MAX_LINE_BYTES} bytes"),
+                    raw,
+                )));
+            }
+            Ok(t) => t,
+            Err(lossy) => return Some(Ok(self.reject(line, None, "not valid UTF-8".into(), lossy))),
+        };
+        let parsed = match self.format {
+            InputFormat::Ndjson => attempt_from_json(&text),
+            InputFormat::Csv => {
+                let row = match split_csv_row(&text, &mut self.reader, &mut self.line, &mut self.bytes_read) {
+                    Ok(r) => r,
+                    Err(reason) => return Some(Ok(self.reject(line, None, reason, text))),
+                };
+                let Some(header) = &self.header else {
+                    self.header = Some(row.into_iter().map(|h| h.trim().to_string()).collect());
+                    return self.next();
+                };
+                let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+                attempt_from_csv(header, &cells)
+            }
+        };
+        Some(Ok(match parsed {
+            Ok(attempt) => Parsed::Record {
+                line,
+                raw: text,
+                attempt,
+            },
+            Err((field, reason)) => self.reject(line, field, reason, text),
+        }))
+    }
+}
+
+/// Splits one CSV row (RFC 4180: quoted fields, `""` escapes). A quoted field that spans lines
+/// pulls the following lines from `reader`; `line` and `bytes_read` advance with them.
+fn split_csv_row<R: BufRead>(
+    first: &str,
+    reader: &mut R,
+    line: &mut u64,
+    bytes_read: &mut u64,
+) -> Result<Vec<String>, String> {
+    let mut text = first.to_string();
+    while text.matches('"').count() % 2 == 1 {
+        // An open quote: the field goes on on the next line.
+        let mut buf = Vec::new();
+        match read_line_bounded(reader, &mut buf, MAX_LINE_BYTES) {
+            Ok(Some(len)) if text.len() + len <= MAX_LINE_BYTES => {
+                *line += 1;
+                *bytes_read += len as u64 + 1;
+                let next = String::from_utf8(buf).map_err(|_| "not valid UTF-8".to_string())?;
+                text.push('\n');
+                text.push_str(next.strip_suffix('\r').unwrap_or(&next));
+            }
+            Ok(Some(_)) => return Err(format!("row longer than {MAX_LINE_BYTES} bytes")),
+            Ok(None) => return Err("unterminated quoted field".into()),
+            Err(e) => return Err(format!("reading the row: {e}")),
+        }
+    }
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let mut rec = csv::StringRecord::new();
+    match rdr.read_record(&mut rec) {
+        Ok(_) if (rdr.position().byte() as usize) < text.len() => Err("bad CSV row: text after a quoted field".into()),
+        Ok(_) => Ok(rec.iter().map(str::to_string).collect()),
+        Err(e) => Err(format!("bad CSV row: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(format: InputFormat, input: &[u8]) -> Vec<Parsed> {
+        AttemptReader::new("in", input, format).map(|p| p.unwrap()).collect()
+    }
+
+    fn lines_and_jobs(parsed: &[Parsed]) -> Vec<(u64, String)> {
+        parsed
+            .iter()
+            .map(|p| match p {
+                Parsed::Record { line, attempt, .. } => (*line, attempt.job_id.clone()),
+                Parsed::Reject(r) => (r.line, format!("reject: {r}")),
+            })
+            .collect()
+    }
+
+    const A1: &str =
+        r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#;
+    const A2: &str =
+        r#"{"job_id":"j2","idem_key":"k2","attempt_no":1,"lane":"paid","started_at":"2026-11-16T09:00:00Z"}"#;
+
+    #[test]
+    fn bom_crlf_blank_lines_and_no_final_newline_are_normal_input() {
+        let input = format!("\u{feff}{A1}\r\n\r\n   \r\n{A2}");
+        let got = lines_and_jobs(&read(InputFormat::Ndjson, input.as_bytes()));
+        assert_eq!(got, vec![(1, "j1".to_string()), (4, "j2".to_string())]);
+    }
+
+    #[test]
+    fn csv_with_bom_crlf_blank_lines_and_no_final_newline() {
+        let input = "\u{feff}job_id,idem_key,attempt_no,lane,started_at,tokens_in,note\r\n\
+                     j1,k1,1,free,2026-11-16T09:00:00Z,800,\r\n\r\n\
+                     j2,k2,2,paid,2026-11-16T11:00:00+02:00,,\"a, b\"";
+        let parsed = read(InputFormat::Csv, input.as_bytes());
+        assert_eq!(
+            lines_and_jobs(&parsed),
+            vec![(2, "j1".to_string()), (4, "j2".to_string())]
+        );
+        let Parsed::Record { attempt, .. } = &parsed[1] else {
+            panic!()
+        };
+        assert_eq!(attempt.attempt_no, 2);
+        assert_eq!(attempt.tokens_in, None);
+        assert_eq!(attempt.attrs.as_deref(), Some(r#"{"note":"a, b"}"#));
+        let Parsed::Record { attempt, .. } = &parsed[0] else {
+            panic!()
+        };
+        assert_eq!(attempt.tokens_in, Some(800));
+        assert_eq!(attempt.attrs, None);
+    }
+
+    #[test]
+    fn csv_quoted_field_across_lines_keeps_the_row_and_later_line_numbers() {
+        let input = "job_id,idem_key,attempt_no,lane,started_at,note\n\
+                     j1,k1,1,free,2026-11-16T09:00:00Z,\"two\nlines\"\n\
+                     j2,k2,1,free,2026-11-16T09:00:00Z,x\n";
+        let parsed = read(InputFormat::Csv, input.as_bytes());
+        assert_eq!(
+            lines_and_jobs(&parsed),
+            vec![(2, "j1".to_string()), (4, "j2".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_bad_line_names_file_line_field_and_reason_and_the_rest_is_read() {
+        let input = format!(
+            "{A1}\n{{\"job_id\":\"j3\",\"idem_key\":\"k\",\"attempt_no\":1,\"lane\":\"bus\",\"started_at\":\"2026-11-16T09:00:00Z\"}}\nnot json\n{A2}\n"
+        );
+        let got = lines_and_jobs(&read(InputFormat::Ndjson, input.as_bytes()));
+        assert_eq!(got[0], (1, "j1".to_string()));
+        assert_eq!(
+            got[1],
+            (2, "reject: in:2: lane: \"bus\" is not free or paid".to_string())
+        );
+        assert!(
+            got[2].1.starts_with("reject: in:3: bad JSON: expected ident"),
+            "{:?}",
+            got[2]
+        );
+        assert_eq!(got[3], (4, "j2".to_string()));
+    }
+
+    #[test]
+    fn field_rules_of_spec_1_1() {
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "job_id: missing",
+            ),
+            (
+                r#"{"job_id":"j","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "idem_key: missing",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "idem_key: missing",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":0,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "attempt_no: 0 is outside 1..=2147483647",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":2147483648,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "attempt_no: 2147483648 is outside 1..=2147483647",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":1.5,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "attempt_no: expected an integer, found 1.5",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":"1","lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "attempt_no: expected an integer, found a string",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00"}"#,
+                "started_at: timestamp has no UTC offset (add Z or +HH:MM)",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","tokens_in":-1}"#,
+                "tokens_in: -1 is outside 0..=9223372036854775807",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","http_status":1000}"#,
+                "http_status: 1000 is outside 0..=999",
+            ),
+            (
+                r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","outcome":"maybe"}"#,
+                "outcome: \"maybe\" is not ok, retryable, ambiguous or permanent",
+            ),
+            (
+                r#"{"job_id":"j","job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#,
+                "bad JSON: duplicate key \"job_id\" at line 1 column 26",
+            ),
+        ];
+        for (line, want) in cases {
+            let (field, reason) = attempt_from_json(line).unwrap_err();
+            let got = match field {
+                Some(f) => format!("{f}: {reason}"),
+                None => reason,
+            };
+            assert_eq!(&got, want, "for {line}");
+        }
+        let long = "x".repeat(257);
+        let line = format!(
+            r#"{{"job_id":"{long}","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}}"#
+        );
+        assert_eq!(attempt_from_json(&line).unwrap_err().1, "longer than 256 bytes (257)");
+    }
+
+    #[test]
+    fn optional_fields_absent_null_and_empty_artifact() {
+        let a = attempt_from_json(
+            r#"{"job_id":"j","idem_key":"k","attempt_no":3,"lane":"paid","started_at":"2026-11-16T09:00:00Z","ended_at":null,"artifact_id":"","tokens_out":5,"http_status":429,"provider_code":1305,"key_id":"k9","pool_id":"pool-2","model":"glm","router":"r1"}"#,
+        )
+        .unwrap();
+        assert_eq!(a.ended_at, None);
+        assert_eq!(a.artifact_id, None);
+        assert_eq!(a.tokens_in, None);
+        assert_eq!(a.tokens_out, Some(5));
+        assert_eq!((a.http_status, a.provider_code), (Some(429), Some(1305)));
+        assert_eq!(a.attrs.as_deref(), Some(r#"{"router":"r1"}"#));
+    }
+
+    #[test]
+    fn invalid_utf8_and_overlong_lines_are_rejected_and_reading_goes_on() {
+        let mut input = b"\xff\xfe not utf8\n".to_vec();
+        input.extend_from_slice(&vec![b'x'; MAX_LINE_BYTES + 10]);
+        input.push(b'\n');
+        input.extend_from_slice(A1.as_bytes());
+        let got = lines_and_jobs(&read(InputFormat::Ndjson, &input));
+        assert_eq!(got[0], (1, "reject: in:1: not valid UTF-8".to_string()));
+        assert_eq!(got[1], (2, "reject: in:2: line longer than 1048576 bytes".to_string()));
+        assert_eq!(got[2], (3, "j1".to_string()));
+    }
+}

@@ -1,0 +1,174 @@
+//! SPEC 2's write rules through the ledger API, on a real redb file.
+
+use laneledger_store::{DEFAULT_BATCH, Error, InputFormat, Ledger, Outcome, WriteResult, ingest_reader};
+
+const OPEN: &str =
+    r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#;
+const END: &str = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T11:00:00+02:00","ended_at":"2026-11-16T09:00:12Z","outcome":"ok","tokens_in":500,"tokens_out":300,"artifact_id":"a1"}"#;
+const CHANGED: &str = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"paid","started_at":"2026-11-16T09:00:00Z","tokens_in":501}"#;
+const OTHER: &str =
+    r#"{"job_id":"j2","idem_key":"k1","attempt_no":1,"lane":"paid","started_at":"2026-11-16T09:01:00Z"}"#;
+
+fn ingest(ledger: &Ledger, name: &str, text: &str) -> laneledger_store::IngestReport {
+    ingest_reader(
+        ledger,
+        name,
+        text.as_bytes(),
+        InputFormat::Ndjson,
+        DEFAULT_BATCH,
+        |_| {},
+    )
+    .unwrap()
+}
+
+fn ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("l.redb")).unwrap();
+    (dir, ledger)
+}
+
+#[test]
+fn reingesting_a_file_changes_no_row_and_counts_duplicate_deliveries() {
+    let (_d, l) = ledger();
+    let file = format!("{END}\n{OTHER}\n");
+    let first = ingest(&l, "a.ndjson", &file);
+    assert_eq!((first.counters.accepted, first.counters.duplicates), (2, 0));
+    let before: Vec<_> = [l.attempt("j1", 1).unwrap(), l.attempt("j2", 1).unwrap()].into();
+    let again = ingest(&l, "a.ndjson", &file);
+    assert_eq!(
+        again.counters.to_string(),
+        "accepted 0, completed 0, duplicate deliveries 2, conflicts 0, rejected 0"
+    );
+    let after: Vec<_> = [l.attempt("j1", 1).unwrap(), l.attempt("j2", 1).unwrap()].into();
+    assert_eq!(before, after);
+    assert_eq!(l.attempt_count().unwrap(), 2);
+    assert_eq!(l.counters().unwrap().duplicates, 2);
+}
+
+#[test]
+fn an_open_attempt_then_its_end_gives_one_complete_row() {
+    let (_d, l) = ledger();
+    let r = ingest(&l, "s", &format!("{OPEN}\n{END}\n"));
+    assert_eq!((r.counters.accepted, r.counters.completed), (1, 1));
+    assert_eq!(l.attempt_count().unwrap(), 1);
+    let row = l.attempt("j1", 1).unwrap().unwrap();
+    assert_eq!(row.seq, 1);
+    assert_eq!(row.attempt.outcome, Some(Outcome::Ok));
+    assert_eq!((row.attempt.tokens_in, row.attempt.tokens_out), (Some(500), Some(300)));
+    assert_eq!(row.attempt.artifact_id.as_deref(), Some("a1"));
+    assert_eq!(
+        laneledger_store::format_timestamp(row.attempt.ended_at.unwrap()),
+        "2026-11-16T09:00:12Z"
+    );
+}
+
+#[test]
+fn a_changed_field_gives_a_conflict_row_naming_it_and_the_first_row_stays() {
+    let (_d, l) = ledger();
+    ingest(&l, "s", &format!("{END}\n"));
+    let r = ingest(&l, "late.ndjson", &format!("\n{CHANGED}\n"));
+    assert_eq!(r.counters.conflicts, 1);
+    assert_eq!(
+        r.problems,
+        ["late.ndjson:2: conflict: job j1 attempt 1 differs in lane, tokens_in; the first row stays"]
+    );
+    let conflicts = l.conflicts().unwrap();
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].fields, ["lane", "tokens_in"]);
+    assert_eq!(conflicts[0].raw, CHANGED);
+    assert_eq!(conflicts[0].line, 2);
+    let row = l.attempt("j1", 1).unwrap().unwrap();
+    assert_eq!(row.attempt.tokens_in, Some(500));
+    assert_eq!(row.attempt.lane, laneledger_store::Lane::Free);
+}
+
+#[test]
+fn a_malformed_line_is_rejected_with_its_line_number_and_the_other_lines_land() {
+    let (_d, l) = ledger();
+    let r = ingest(&l, "mixed.ndjson", &format!("{END}\n{{\"job_id\": \n{OTHER}"));
+    assert_eq!((r.counters.accepted, r.counters.rejected), (2, 1));
+    assert_eq!(r.problems.len(), 1);
+    assert!(
+        r.problems[0].starts_with("mixed.ndjson:2: bad JSON: EOF while parsing"),
+        "{}",
+        r.problems[0]
+    );
+    let rejects = l.rejects().unwrap();
+    assert_eq!(
+        (rejects[0].source.as_str(), rejects[0].line, rejects[0].raw.as_str()),
+        ("mixed.ndjson", 2, "{\"job_id\": ")
+    );
+    assert_eq!(l.attempt_count().unwrap(), 2);
+}
+
+#[test]
+fn lookups_by_job_and_by_idem_key() {
+    let (_d, l) = ledger();
+    let second = END
+        .replace("\"attempt_no\":1", "\"attempt_no\":2")
+        .replace("\"lane\":\"free\"", "\"lane\":\"paid\"");
+    ingest(&l, "s", &format!("{second}\n{END}\n{OTHER}\n"));
+    let job: Vec<u32> = l
+        .job_attempts("j1")
+        .unwrap()
+        .iter()
+        .map(|a| a.attempt.attempt_no)
+        .collect();
+    assert_eq!(job, [1, 2]);
+    let by_key: Vec<(String, u32)> = l
+        .attempts_by_idem_key("k1")
+        .unwrap()
+        .iter()
+        .map(|a| (a.attempt.job_id.clone(), a.attempt.attempt_no))
+        .collect();
+    assert_eq!(
+        by_key,
+        [("j1".to_string(), 1), ("j1".to_string(), 2), ("j2".to_string(), 1)]
+    );
+    assert!(l.job_attempts("nope").unwrap().is_empty());
+}
+
+#[test]
+fn results_per_record_in_order_within_one_batch() {
+    let (_d, l) = ledger();
+    let text = format!("{OPEN}\n{OPEN}\n{END}\n{CHANGED}\nnope\n");
+    let parsed: Vec<_> = laneledger_store::AttemptReader::new("b", text.as_bytes(), InputFormat::Ndjson)
+        .map(|p| match p.unwrap() {
+            laneledger_store::Parsed::Record { line, raw, attempt } => laneledger_store::Incoming::Attempt {
+                source: "b".into(),
+                line,
+                raw,
+                attempt,
+            },
+            laneledger_store::Parsed::Reject(r) => laneledger_store::Incoming::Reject(r),
+        })
+        .collect();
+    let results = l.write_batch(parsed).unwrap();
+    assert_eq!(results[0], WriteResult::Accepted);
+    assert_eq!(results[1], WriteResult::Duplicate);
+    assert!(matches!(&results[2], WriteResult::Completed { fields } if fields.len() == 5));
+    assert_eq!(
+        results[3],
+        WriteResult::Conflict {
+            fields: vec!["lane".into(), "tokens_in".into()]
+        }
+    );
+    assert!(matches!(&results[4], WriteResult::Rejected { field: None, .. }));
+}
+
+#[test]
+fn records_survive_a_reopen_and_a_second_open_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.redb");
+    {
+        let l = Ledger::open(&path).unwrap();
+        ingest(&l, "s", &format!("{END}\n"));
+        match Ledger::open(&path) {
+            Err(Error::AlreadyOpen(p)) => assert_eq!(p, path),
+            other => panic!("expected AlreadyOpen, got {other:?}"),
+        }
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.attempt_count().unwrap(), 1);
+    assert_eq!(l.counters().unwrap().accepted, 1);
+}

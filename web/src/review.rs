@@ -1,0 +1,234 @@
+//! `GET /` and `GET /weeks/{week}`: seed 000's drill table for one ISO week beside the week
+//! before, the two alerts, and every week with data; from the view `weekly_metrics`.
+
+use askama::Template;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use laneledger_query::{WeekMetrics, WeekReview, format_count, format_ratio};
+
+use crate::AppState;
+use crate::error::AppError;
+use crate::html::{HtmlTemplate, signed};
+use crate::weeks::{StateView, WeekRow, decimals};
+
+/// One metric of the drill table: this week, the previous week, the change.
+struct MetricRow {
+    name: &'static str,
+    definition: &'static str,
+    now: String,
+    before: String,
+    change: String,
+}
+
+/// One of seed 000's alerts.
+struct AlertRow {
+    /// `cross-lane retries per job`.
+    label: &'static str,
+    /// `cross_lane_retries_per_job`.
+    metric: &'static str,
+    value: String,
+    threshold: String,
+    state: StateView,
+}
+
+/// The review of one week.
+#[derive(Template)]
+#[template(path = "review.html")]
+struct ReviewPage {
+    nav: &'static str,
+    title: String,
+    week: String,
+    week_start: String,
+    /// The previous week with data, when there is one.
+    previous: Option<String>,
+    rows: Vec<MetricRow>,
+    alerts: Vec<AlertRow>,
+    /// Seed 000 query 1's tokens per artifact (÷ `SUM(artifacts)`), this week and the previous.
+    seed_q1: String,
+    seed_q1_before: String,
+    /// Every week, newest first.
+    weeks: Vec<WeekRow>,
+}
+
+/// The page for an empty ledger.
+#[derive(Template)]
+#[template(path = "empty.html")]
+struct EmptyPage {
+    nav: &'static str,
+    title: &'static str,
+}
+
+fn count_row(
+    name: &'static str,
+    definition: &'static str,
+    w: &WeekMetrics,
+    p: Option<&WeekMetrics>,
+    f: fn(&WeekMetrics) -> i64,
+) -> MetricRow {
+    MetricRow {
+        name,
+        definition,
+        now: format_count(f(w)),
+        before: p.map_or("—".to_string(), |p| format_count(f(p))),
+        change: p.map_or("—".to_string(), |p| signed(format_count(f(w) - f(p)))),
+    }
+}
+
+fn ratio_row(
+    name: &'static str,
+    definition: &'static str,
+    decimals: usize,
+    w: &WeekMetrics,
+    p: Option<&WeekMetrics>,
+    f: fn(&WeekMetrics) -> Option<f64>,
+) -> MetricRow {
+    let change = match (f(w), p.and_then(f)) {
+        (Some(now), Some(before)) => signed(format_ratio(Some(now - before), decimals)),
+        _ => "—".to_string(),
+    };
+    MetricRow {
+        name,
+        definition,
+        now: format_ratio(f(w), decimals),
+        before: p.map_or("—".to_string(), |p| format_ratio(f(p), decimals)),
+        change,
+    }
+}
+
+fn drill_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
+    vec![
+        count_row(
+            "jobs",
+            "distinct job_id whose first attempt started in the week",
+            w,
+            p,
+            |m| m.jobs,
+        ),
+        count_row(
+            "unique accepted artifacts",
+            "distinct idem_key with at least one artifact_id",
+            w,
+            p,
+            |m| m.unique_accepted_artifacts,
+        ),
+        count_row("free attempts", "attempts on the free lane", w, p, |m| m.free_attempts),
+        count_row("paid attempts", "attempts on the paid lane", w, p, |m| m.paid_attempts),
+        count_row(
+            "total tokens",
+            "Σ (tokens_in + tokens_out) over all attempts",
+            w,
+            p,
+            |m| m.total_tokens,
+        ),
+        ratio_row(
+            "tokens per accepted artifact",
+            "total tokens ÷ unique accepted artifacts",
+            1,
+            w,
+            p,
+            |m| m.tokens_per_accepted_artifact,
+        ),
+        count_row(
+            "duplicate artifacts",
+            "Σ over idem_key of (distinct artifact_id − 1)",
+            w,
+            p,
+            |m| m.duplicate_artifacts,
+        ),
+        ratio_row(
+            "duplicate artifacts per 100 jobs",
+            "100 × duplicate artifacts ÷ jobs",
+            decimals("duplicate_artifacts_per_100_jobs"),
+            w,
+            p,
+            |m| m.duplicate_artifacts_per_100_jobs,
+        ),
+        ratio_row(
+            "cross-lane retries per job",
+            "jobs with both a free and a paid attempt ÷ jobs",
+            decimals("cross_lane_retries_per_job"),
+            w,
+            p,
+            |m| m.cross_lane_retries_per_job,
+        ),
+    ]
+}
+
+/// A threshold as the seed writes it: `0.20`, `1`.
+fn threshold_text(t: f64) -> String {
+    if t.fract() == 0.0 {
+        format!("{t:.0}")
+    } else {
+        format!("{t:.2}")
+    }
+}
+
+fn alert_label(metric: &str) -> &'static str {
+    match metric {
+        "cross_lane_retries_per_job" => "cross-lane retries per job",
+        "duplicate_artifacts_per_100_jobs" => "duplicate artifacts per 100 jobs",
+        _ => "alert",
+    }
+}
+
+fn review_page(review: WeekReview, weeks: &[WeekMetrics], state: &AppState, latest: bool) -> ReviewPage {
+    let w = &review.week;
+    let p = review.previous.as_ref();
+    let title = if latest {
+        format!("Weekly review: {} (latest week)", w.iso_week)
+    } else {
+        format!("Weekly review: {}", w.iso_week)
+    };
+    ReviewPage {
+        nav: if latest { "review" } else { "weeks" },
+        title,
+        week: w.iso_week.clone(),
+        week_start: w.week_start.get(..10).unwrap_or(&w.week_start).to_string(),
+        previous: p.map(|p| p.iso_week.clone()),
+        rows: drill_rows(w, p),
+        alerts: review
+            .alerts
+            .iter()
+            .map(|a| AlertRow {
+                label: alert_label(a.metric),
+                metric: a.metric,
+                value: format_ratio(a.value, decimals(a.metric)),
+                threshold: threshold_text(a.threshold),
+                state: a.state.into(),
+            })
+            .collect(),
+        seed_q1: format_ratio(w.tokens_per_artifact, 1),
+        seed_q1_before: p.map_or("—".to_string(), |p| format_ratio(p.tokens_per_artifact, 1)),
+        weeks: weeks
+            .iter()
+            .rev()
+            .map(|m| WeekRow::new(m, &state.thresholds, m.iso_week == w.iso_week))
+            .collect(),
+    }
+}
+
+/// `GET /`: the latest week's review, or how to ingest when the ledger is empty.
+pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, AppError> {
+    let weeks = state.session.weeks().await?;
+    if weeks.is_empty() {
+        return Ok(HtmlTemplate(EmptyPage {
+            nav: "review",
+            title: "No data yet",
+        })
+        .into_response());
+    }
+    let review = state.session.review(None, &state.thresholds).await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, &state, true)).into_response())
+}
+
+/// `GET /weeks/{week}`: one week's review; 400 for a bad label, 404 for a week without data.
+pub(crate) async fn week(
+    State(state): State<AppState>,
+    week: Result<Path<String>, PathRejection>,
+) -> Result<HtmlTemplate<impl Template>, AppError> {
+    let Path(week) = week?;
+    let review = state.session.review(Some(&week), &state.thresholds).await?;
+    let weeks = state.session.weeks().await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, &state, false)))
+}
