@@ -32,6 +32,15 @@ pub enum FormatArg {
     Csv,
 }
 
+/// What an input file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    /// Attempt records (SPEC 1.1, seed 000 `job_attempt`).
+    Attempts,
+    /// Gate decisions (SPEC 1.2, seed 003).
+    Decisions,
+}
+
 /// Output formats for `sql`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SqlFormat {
@@ -69,6 +78,9 @@ pub enum Command {
     Ingest {
         #[command(flatten)]
         db: DbArg,
+        /// What the files hold.
+        #[arg(long, value_enum, default_value = "attempts")]
+        kind: KindArg,
         /// The input format; by default `.csv` files are CSV and everything else NDJSON.
         #[arg(long, value_enum)]
         format: Option<FormatArg>,
@@ -97,6 +109,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "text")]
         format: ReviewFormat,
+        /// lane.yaml (thresholds, windows, key rests); the seeds' values when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Serve the review site and API.
     Serve {
@@ -105,6 +120,9 @@ pub enum Command {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
+        /// lane.yaml (thresholds, windows, key rests); the seeds' values when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Generate seed 000's drill as attempt NDJSON, synthetic or replaying a request trace.
     Drill {
@@ -134,7 +152,8 @@ pub enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Build a ledger from sample-data/ in a temporary folder and serve it.
+    /// Build a ledger from sample-data/ in a temporary folder and serve it (with
+    /// sample-data/lane.yaml when there is one).
     Demo {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]

@@ -19,8 +19,8 @@ pub enum Error {
     /// Formatting a result as CSV or JSON failed.
     #[error("formatting the result: {0}")]
     Format(#[from] arrow::error::ArrowError),
-    /// No data for the ISO week asked for.
-    #[error("no attempts in ISO week {0}")]
+    /// No data for the ISO week asked for (no job started in it, or no gate decision was logged).
+    #[error("no data for ISO week {0}")]
     UnknownWeek(String),
     /// The week label is not `YYYY-Www`.
     #[error("{0:?} is not an ISO week like 2026-W47")]

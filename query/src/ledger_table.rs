@@ -16,11 +16,10 @@ use laneledger_store::Ledger;
 
 use crate::error::Result;
 
-/// Reads one table's rows out of the ledger.
-pub type ReadFn = fn(&Ledger) -> Result<Vec<RecordBatch>>;
+/// Reads one table's rows out of the ledger (at each scan, from a fresh read transaction).
+pub type ReadFn = Arc<dyn Fn(&Ledger) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
-/// One ledger table (`job_attempt`, `attempt_conflict`, `ingest_reject`) as a [`TableProvider`].
-#[derive(Debug)]
+/// One ledger table (`job_attempt`, `attempt_conflict`, an audit…) as a [`TableProvider`].
 pub struct LedgerTable {
     schema: SchemaRef,
     ledger: Ledger,
@@ -31,6 +30,15 @@ impl LedgerTable {
     /// A table with `schema` whose rows `read` takes from `ledger` at each scan.
     pub fn new(schema: SchemaRef, ledger: Ledger, read: ReadFn) -> Self {
         LedgerTable { schema, ledger, read }
+    }
+}
+
+impl std::fmt::Debug for LedgerTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerTable")
+            .field("schema", &self.schema)
+            .field("ledger", &self.ledger)
+            .finish()
     }
 }
 
@@ -52,7 +60,7 @@ impl TableProvider for LedgerTable {
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let ledger = self.ledger.clone();
-        let read = self.read;
+        let read = self.read.clone();
         // redb reads block: keep them off the async executor's threads.
         let batches = tokio::task::spawn_blocking(move || read(&ledger))
             .await

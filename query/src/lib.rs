@@ -1,10 +1,11 @@
 //! laneledger's query layer: SQL over the ledger with Apache DataFusion.
 //!
 //! A [`Session`] registers the ledger's tables (`job_attempt`, `attempt_conflict`,
-//! `ingest_reject`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
+//! `ingest_reject`, `gate_decision`, `decision_conflict`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
 //! boolean-summing rule ([`sqlite_sum`]), creates seed 000's `job_rollup` view from its own text
 //! and the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
-//! [`metrics`] turns `weekly_metrics` into the weekly review.
+//! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
+//! into seed 003's dwell gate review.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), laneledger_query::Error> {
@@ -16,18 +17,25 @@
 //! ```
 
 pub mod attempt_conflict;
+pub mod audits;
+pub mod decision_conflict;
 pub mod error;
+pub mod gate_decision;
+pub mod gate_metrics;
 pub mod ingest_reject;
 pub mod job_attempt;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;
+pub mod sections;
 pub mod session;
 pub mod sqlite_sum;
 pub mod views;
 
 pub use error::{Error, Result};
+pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
 pub use output::{OutputFormat, format_result};
+pub use sections::{Group, Section, section_text};
 pub use session::{QueryResult, Session, TABLES};
 pub use sqlite_sum::sqlite_sum;

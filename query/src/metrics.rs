@@ -26,6 +26,16 @@ impl Default for Thresholds {
     }
 }
 
+impl From<&laneledger_store::LaneConfig> for Thresholds {
+    /// lane.yaml's `alerts` section.
+    fn from(c: &laneledger_store::LaneConfig) -> Self {
+        Thresholds {
+            cross_lane_retries_per_job: c.alerts.cross_lane_retries_per_job,
+            duplicate_artifacts_per_100_jobs: c.alerts.duplicate_artifacts_per_100_jobs,
+        }
+    }
+}
+
 /// One week's row of `weekly_metrics` (SPEC 4). Counts are whole numbers; tokens are tokens.
 /// A ratio is `None` when its denominator is 0 (shown as "—").
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,7 +113,7 @@ pub struct WeekReview {
     pub week: WeekMetrics,
     /// The figures of the week before it that has data, if any.
     pub previous: Option<WeekMetrics>,
-    /// Seed 000's two alerts.
+    /// Seed 000's two alerts, then seed 003's free-admit miss rate when the week has gate decisions.
     pub alerts: Vec<AlertCheck>,
 }
 
@@ -150,21 +160,24 @@ pub fn parse_iso_week(label: &str) -> Result<(i32, u32)> {
     Ok((year, week))
 }
 
-fn i64_col(b: &RecordBatch, name: &str, row: usize) -> i64 {
+/// An Int64 cell by column name; 0 when absent or NULL.
+pub(crate) fn i64_col(b: &RecordBatch, name: &str, row: usize) -> i64 {
     b.column_by_name(name)
         .and_then(|c| c.as_primitive_opt::<Int64Type>())
         .filter(|c| c.is_valid(row))
         .map_or(0, |c| c.value(row))
 }
 
-fn f64_col(b: &RecordBatch, name: &str, row: usize) -> Option<f64> {
+/// A Float64 cell by column name; `None` when absent or NULL.
+pub(crate) fn f64_col(b: &RecordBatch, name: &str, row: usize) -> Option<f64> {
     b.column_by_name(name)
         .and_then(|c| c.as_primitive_opt::<Float64Type>())
         .filter(|c| c.is_valid(row))
         .map(|c| c.value(row))
 }
 
-fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
+/// The `iso_week` and `week_start` (RFC 3339) cells of a weekly view's row.
+pub(crate) fn week_cols(b: &RecordBatch, row: usize) -> (String, String) {
     let iso_week = b
         .column_by_name("iso_week")
         .and_then(|c| c.as_string_opt::<i32>())
@@ -173,6 +186,11 @@ fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
         .column_by_name("week_start")
         .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
         .map_or(String::new(), |c| laneledger_store::format_timestamp(c.value(row)));
+    (iso_week, week_start)
+}
+
+fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
+    let (iso_week, week_start) = week_cols(b, row);
     WeekMetrics {
         iso_week,
         week_start,
@@ -222,8 +240,13 @@ impl Session {
         }
         .ok_or_else(|| Error::UnknownWeek(week.unwrap_or("(latest)").to_string()))?;
         let m = weeks[idx].clone();
+        let mut alerts = alerts(&m, thresholds);
+        // Seed 003's freeze alert, when gate decisions were logged that week.
+        if let Some(g) = self.gate_weeks().await?.iter().find(|g| g.iso_week == m.iso_week) {
+            alerts.push(crate::gate_metrics::gate_alert(g, &self.gate_thresholds()));
+        }
         Ok(WeekReview {
-            alerts: alerts(&m, thresholds),
+            alerts,
             previous: idx.checked_sub(1).map(|i| weeks[i].clone()),
             week: m,
         })
@@ -326,7 +349,11 @@ impl WeekReview {
             format_ratio(w.tokens_per_artifact, 1)
         );
         for a in &self.alerts {
-            let decimals = if a.metric == "cross_lane_retries_per_job" { 3 } else { 2 };
+            let decimals = if a.metric == "duplicate_artifacts_per_100_jobs" {
+                2
+            } else {
+                3
+            };
             s += &format!(
                 "  {:<34} {:>8}  threshold > {:<6} {}\n",
                 a.metric,

@@ -98,10 +98,55 @@ JOIN (SELECT idem_key FROM job_attempt
   ON a.idem_key = d.idem_key
 WHERE a.artifact_id IS NOT NULL";
 
+/// `gate_weekly`: seed 003's weekly review of the dwell gate (SPEC 5.3), one row per ISO week of
+/// `decided_at`, over `gate_decision` (durations in seconds, defaults of `lane.yaml` applied).
+///
+/// Columns: iso_week (`2026-W48`), week_start (Monday 00:00 UTC), decisions, admit_free, defer,
+/// reserved (counts of the logged decision); free_admit_misses (admit_free with slack_miss true)
+/// and free_admit_miss_rate (÷ admit_free; seed 003 freezes `dwell_gate_enabled` above 1%);
+/// defers_that_fit_reserved (defer with queue_age_s + reserved_service_s ≤ deadline_slack_s) and
+/// defers_that_fit_reserved_rate (÷ defer); reserved_that_fit_free (reserved with queue_age_s +
+/// expected_service_s ≤ deadline_slack_s, i.e. dwell without the retry tax fits) and
+/// reserved_that_fit_free_rate (÷ reserved); decision_mismatches (logged decision ≠ seed 003
+/// `decide_safe`). A ratio whose denominator is 0 is NULL; a slack_miss not yet known counts as no
+/// miss.
+pub const GATE_WEEKLY_VIEW: &str = "CREATE VIEW gate_weekly AS
+WITH d AS (
+  SELECT to_char(decided_at, '%G-W%V') AS iso_week,
+         date_trunc('week', decided_at) AS week_start,
+         decision, expected_decision, slack_miss,
+         queue_age_s + reserved_service_s <= deadline_slack_s AS fits_reserved,
+         queue_age_s + expected_service_s <= deadline_slack_s AS fits_free_without_tax
+  FROM gate_decision
+),
+w AS (
+  SELECT iso_week, MIN(week_start) AS week_start,
+         COUNT(*) AS decisions,
+         COUNT(CASE WHEN decision = 'admit_free' THEN 1 END) AS admit_free,
+         COUNT(CASE WHEN decision = 'defer' THEN 1 END) AS defer,
+         COUNT(CASE WHEN decision = 'reserved' THEN 1 END) AS reserved,
+         COUNT(CASE WHEN decision = 'admit_free' AND slack_miss THEN 1 END) AS free_admit_misses,
+         COUNT(CASE WHEN decision = 'defer' AND fits_reserved THEN 1 END) AS defers_that_fit_reserved,
+         COUNT(CASE WHEN decision = 'reserved' AND fits_free_without_tax THEN 1 END) AS reserved_that_fit_free,
+         COUNT(CASE WHEN decision <> expected_decision THEN 1 END) AS decision_mismatches
+  FROM d
+  GROUP BY iso_week
+)
+SELECT iso_week, week_start, decisions, admit_free, defer, reserved,
+       free_admit_misses,
+       CAST(free_admit_misses AS DOUBLE) / NULLIF(admit_free, 0) AS free_admit_miss_rate,
+       defers_that_fit_reserved,
+       CAST(defers_that_fit_reserved AS DOUBLE) / NULLIF(defer, 0) AS defers_that_fit_reserved_rate,
+       reserved_that_fit_free,
+       CAST(reserved_that_fit_free AS DOUBLE) / NULLIF(reserved, 0) AS reserved_that_fit_free_rate,
+       decision_mismatches
+FROM w";
+
 /// Every view, in creation order: (name, SQL).
-pub const VIEWS: [(&str, &str); 4] = [
+pub const VIEWS: [(&str, &str); 5] = [
     ("job_rollup", SEED_JOB_ROLLUP_VIEW),
     ("job_week", JOB_WEEK_VIEW),
     ("weekly_metrics", WEEKLY_METRICS_VIEW),
     ("duplicate_artifact", DUPLICATE_ARTIFACT_VIEW),
+    ("gate_weekly", GATE_WEEKLY_VIEW),
 ];

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use laneledger_store::{Counters, DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
+use laneledger_store::{Counters, InputFormat, Ledger};
+
+use crate::cli::KindArg;
 
 pub fn run(addr: SocketAddr, data: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let data = data.unwrap_or_else(|| {
@@ -32,18 +34,22 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     let mut total = Counters::default();
     for f in &files {
         let name = f.display().to_string();
-        let reader = std::io::BufReader::new(std::fs::File::open(f).with_context(|| format!("opening {name}"))?);
-        let report = ingest_reader(
-            &ledger,
-            &name,
-            reader,
-            InputFormat::from_path(&name),
-            DEFAULT_BATCH,
-            |_| {},
-        )?;
-        println!("{name}: {}", report.counters);
-        total.merge(&report.counters);
+        // Files named decisions-* hold gate decisions (seed 003); the rest hold attempts.
+        let decisions = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("decisions"));
+        let kind = if decisions {
+            KindArg::Decisions
+        } else {
+            KindArg::Attempts
+        };
+        let counters = super::ingest::ingest_one(&ledger, &name, kind, InputFormat::from_path(&name))?;
+        println!("{name}: {counters}");
+        total.merge(&counters);
     }
     println!("demo ledger {}: {total}", db.display());
-    super::serve::serve_ledger(ledger, addr, Some("laneledger demo: open {url}".to_string()))
+    let lane_yaml = data.join("lane.yaml");
+    let config = super::load_config(lane_yaml.exists().then_some(lane_yaml.as_path()))?;
+    super::serve::serve_ledger(ledger, config, addr, Some("laneledger demo: open {url}".to_string()))
 }

@@ -7,16 +7,16 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use laneledger_store::{Counters, DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
+use laneledger_store::{Counters, DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader};
 
-use crate::cli::FormatArg;
+use crate::cli::{FormatArg, KindArg};
 
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_BYTES: u64 = 8 << 20;
 /// Problems printed per input; the rest are counted and kept in the ledger.
 const PRINT_PROBLEMS: usize = 50;
 
-pub fn run(db: &Path, format: Option<FormatArg>, files: &[String]) -> anyhow::Result<ExitCode> {
+pub fn run(db: &Path, kind: KindArg, format: Option<FormatArg>, files: &[String]) -> anyhow::Result<ExitCode> {
     let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
     let mut total = Counters::default();
     for name in files {
@@ -25,7 +25,7 @@ pub fn run(db: &Path, format: Option<FormatArg>, files: &[String]) -> anyhow::Re
             Some(FormatArg::Ndjson) => InputFormat::Ndjson,
             None => InputFormat::from_path(name),
         };
-        let counters = ingest_one(&ledger, name, fmt)?;
+        let counters = ingest_one(&ledger, name, kind, fmt)?;
         total.merge(&counters);
     }
     println!("{total}");
@@ -36,7 +36,7 @@ pub fn run(db: &Path, format: Option<FormatArg>, files: &[String]) -> anyhow::Re
     })
 }
 
-fn ingest_one(ledger: &Ledger, name: &str, fmt: InputFormat) -> anyhow::Result<Counters> {
+pub fn ingest_one(ledger: &Ledger, name: &str, kind: KindArg, fmt: InputFormat) -> anyhow::Result<Counters> {
     let (reader, size): (Box<dyn BufRead>, Option<u64>) = if name == "-" {
         (Box::new(BufReader::new(std::io::stdin().lock())), None)
     } else {
@@ -56,11 +56,15 @@ fn ingest_one(ledger: &Ledger, name: &str, fmt: InputFormat) -> anyhow::Result<C
         }
         _ => None,
     };
-    let report = ingest_reader(ledger, name, reader, fmt, DEFAULT_BATCH, |bytes| {
+    let progress = |bytes| {
         if let Some(b) = &bar {
             b.set_position(bytes);
         }
-    })?;
+    };
+    let report = match kind {
+        KindArg::Attempts => ingest_reader(ledger, name, reader, fmt, DEFAULT_BATCH, progress)?,
+        KindArg::Decisions => ingest_decisions_reader(ledger, name, reader, fmt, DEFAULT_BATCH, progress)?,
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }

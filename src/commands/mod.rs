@@ -18,10 +18,20 @@ use crate::cli::{Cli, Command};
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Ingest { db, format, files } => ingest::run(&db.db, format, &files),
+        Command::Ingest {
+            db,
+            kind,
+            format,
+            files,
+        } => ingest::run(&db.db, kind, format, &files),
         Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
-        Command::Review { db, week, format } => review::run(&db.db, week.as_deref(), format),
-        Command::Serve { db, addr } => serve::run(&db.db, addr),
+        Command::Review {
+            db,
+            week,
+            format,
+            config,
+        } => review::run(&db.db, week.as_deref(), format, config.as_deref()),
+        Command::Serve { db, addr, config } => serve::run(&db.db, addr, config.as_deref()),
         Command::Drill {
             jobs,
             policy,
@@ -49,6 +59,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use laneledger_query::Error as Q;
     for cause in e.chain() {
+        if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some() {
+            return 2;
+        }
         if let Some(q) = cause.downcast_ref::<Q>() {
             return match q {
                 Q::ReadOnly(_) | Q::Plan(_) | Q::BadWeek(_) | Q::UnknownWeek(_) => 2,
@@ -71,7 +84,12 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
     Ledger::open(db).with_context(|| format!("opening {}", db.display()))
 }
 
-/// A current-thread-free tokio runtime for the async commands.
+/// Reads lane.yaml, or the seeds' defaults when no path is given.
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<laneledger_store::LaneConfig> {
+    Ok(laneledger_store::LaneConfig::load(path)?)
+}
+
+/// A multi-thread tokio runtime for the async commands.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }

@@ -3,19 +3,30 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use laneledger_query::{Session, Thresholds};
+use laneledger_query::{Session, section_text};
 
 use crate::cli::ReviewFormat;
 
-pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat) -> anyhow::Result<ExitCode> {
+pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let config = super::load_config(config)?;
     let ledger = super::open_existing(db)?;
-    let review = super::runtime()?.block_on(async {
-        let session = Session::new(ledger).await?;
-        session.review(week, &Thresholds::default()).await
+    let (review, sections) = super::runtime()?.block_on(async {
+        let session = Session::with_config(ledger, config).await?;
+        let review = session.review(week, &session.thresholds()).await?;
+        let sections = session.audit_sections(&review.week.iso_week).await?;
+        Ok::<_, laneledger_query::Error>((review, sections))
     })?;
     match format {
-        ReviewFormat::Text => print!("{}", review.to_text()),
-        ReviewFormat::Json => println!("{}", serde_json::to_string_pretty(&review)?),
+        ReviewFormat::Text => {
+            print!("{}", review.to_text());
+            for s in &sections {
+                print!("\n{}", section_text(s));
+            }
+        }
+        ReviewFormat::Json => {
+            let v = serde_json::json!({ "week": review.week, "previous": review.previous, "alerts": review.alerts, "sections": sections });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

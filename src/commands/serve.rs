@@ -5,22 +5,28 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use laneledger_query::{Session, Thresholds};
-use laneledger_store::Ledger;
+use laneledger_query::Session;
+use laneledger_store::{LaneConfig, Ledger};
 use laneledger_web::AppState;
 
-pub fn run(db: &Path, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+pub fn run(db: &Path, addr: SocketAddr, config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let config = super::load_config(config)?;
     let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
-    serve_ledger(ledger, addr, None)
+    serve_ledger(ledger, config, addr, None)
 }
 
 /// Serves `ledger` on `addr`; prints `banner` (or the URL) once listening.
-pub fn serve_ledger(ledger: Ledger, addr: SocketAddr, banner: Option<String>) -> anyhow::Result<ExitCode> {
+pub fn serve_ledger(
+    ledger: Ledger,
+    config: LaneConfig,
+    addr: SocketAddr,
+    banner: Option<String>,
+) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async {
-        let session = Session::new(ledger).await?;
+        let session = Session::with_config(ledger, config).await?;
         let state = AppState {
+            thresholds: session.thresholds(),
             session,
-            thresholds: Thresholds::default(),
         };
         let listener = tokio::net::TcpListener::bind(addr)
             .await

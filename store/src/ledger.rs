@@ -13,7 +13,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::record::{Attempt, AttemptRecord, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt};
-use crate::tables::{ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, COUNTER, FORMAT_VERSION, INGEST_REJECT, META};
+use crate::tables::{
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, COUNTER, DECISION, DECISION_CONFLICT, FORMAT_VERSION,
+    INGEST_REJECT, META,
+};
 use crate::time::now_micros;
 use crate::write_rules::{Merge, merge};
 
@@ -115,16 +118,16 @@ impl std::fmt::Display for Counters {
     }
 }
 
-const COUNTER_NAMES: [&str; 5] = ["accepted", "completed", "duplicates", "conflicts", "rejected"];
+pub(crate) const COUNTER_NAMES: [&str; 5] = ["accepted", "completed", "duplicates", "conflicts", "rejected"];
 const NEXT_SEQ: &str = "next_attempt_seq";
 const NEXT_CONFLICT: &str = "next_conflict";
-const NEXT_REJECT: &str = "next_reject";
+pub(crate) const NEXT_REJECT: &str = "next_reject";
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).expect("ledger records always encode")
 }
 
-fn decode<T: DeserializeOwned>(table: &'static str, key: impl std::fmt::Debug, bytes: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, key: impl std::fmt::Debug, bytes: &[u8]) -> Result<T> {
     postcard::from_bytes(bytes).map_err(|e| Error::Corrupt {
         table,
         key: format!("{key:?}"),
@@ -186,6 +189,8 @@ impl Ledger {
             txn.open_table(ATTEMPT_CONFLICT)?;
             txn.open_table(INGEST_REJECT)?;
             txn.open_table(COUNTER)?;
+            txn.open_table(DECISION)?;
+            txn.open_table(DECISION_CONFLICT)?;
         }
         txn.commit()?;
         Ok(Ledger { db: Arc::new(db), path })

@@ -3,7 +3,9 @@
 //! Routers send attempt records (SPEC 1.1) as NDJSON or CSV; [`parse`] reads them, the
 //! [`Ledger`] applies the write rules of SPEC 2 (duplicate delivery, completion, conflict,
 //! reject) in one durable redb transaction per batch, and readers scan it in
-//! (job_id, attempt_no) order or look up one job or one idempotency key by index.
+//! (job_id, attempt_no) order or look up one job or one idempotency key by index. Gate decisions
+//! (SPEC 1.2, seed 003) go through the same framing and rules: [`decision`], [`decision_ledger`],
+//! [`ingest_decisions_reader`].
 //! The seeds' pure policy rules live in [`policy`]. No Arrow, no async runtime here.
 //!
 //! ```no_run
@@ -15,6 +17,9 @@
 //! # Ok::<(), laneledger_store::Error>(())
 //! ```
 
+pub mod config;
+pub mod decision;
+pub mod decision_ledger;
 pub mod drill;
 pub mod error;
 pub mod ingest;
@@ -26,9 +31,14 @@ pub mod tables;
 pub mod time;
 pub mod write_rules;
 
+pub use config::LaneConfig;
+pub use decision::{
+    DEFAULT_RESERVED_SERVICE_S, Decision, DecisionConflict, DecisionReader, IncomingDecision, StoredDecision,
+    decision_reader,
+};
 pub use error::{Error, Result};
-pub use ingest::{DEFAULT_BATCH, IngestReport, ingest_reader};
+pub use ingest::{DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_reader};
 pub use ledger::{Counters, Incoming, Ledger, WriteResult};
-pub use parse::{AttemptReader, InputFormat, Parsed};
+pub use parse::{AttemptReader, Framed, InputFormat, LineReader, Parsed, RecordDecoder};
 pub use record::{Attempt, Conflict, Lane, Outcome, Reject, StoredAttempt};
 pub use time::{format_timestamp, now_micros, parse_timestamp};

@@ -1,12 +1,15 @@
-//! Reading attempt records from NDJSON or CSV input (SPEC 1.1).
+//! Reading records from NDJSON or CSV input: attempts (SPEC 1.1) here, gate decisions (SPEC 1.2)
+//! through the same framing with [`crate::decision::DecisionDecoder`].
 //!
 //! Framing that routers and shippers produce is normal input: a UTF-8 byte-order mark, CRLF line
 //! ends, blank lines and a last line without a newline. Each line (each CSV row) becomes either a
-//! [`Parsed::Record`] or a [`Parsed::Reject`] naming the line, the field and the reason; a bad line
-//! never stops the lines after it.
+//! record or a reject naming the line, the field and the reason; a bad line never stops the lines
+//! after it. [`LineReader`] does the framing for any [`RecordDecoder`]; [`AttemptReader`] is the
+//! attempt reader built on it.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
+use std::marker::PhantomData;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
@@ -59,21 +62,21 @@ pub enum Parsed {
 
 /// A field value before it is typed: a JSON value, or the text of a CSV cell.
 #[derive(Clone, Copy)]
-enum Cell<'a> {
+pub(crate) enum Cell<'a> {
     Json(&'a Value),
     Text(&'a str),
 }
 
 impl Cell<'_> {
     /// JSON `null` and an empty CSV cell are "absent".
-    fn is_absent(&self) -> bool {
+    pub(crate) fn is_absent(&self) -> bool {
         match self {
             Cell::Json(v) => v.is_null(),
             Cell::Text(s) => s.is_empty(),
         }
     }
 
-    fn to_json(self) -> Value {
+    pub(crate) fn to_json(self) -> Value {
         match self {
             Cell::Json(v) => v.clone(),
             Cell::Text(s) => Value::String(s.to_string()),
@@ -81,9 +84,10 @@ impl Cell<'_> {
     }
 }
 
-type FieldError = (&'static str, String);
+/// A field rule's failure: the field's name and the reason.
+pub(crate) type FieldError = (&'static str, String);
 
-fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+pub(crate) fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
     match cell {
         Cell::Json(Value::String(s)) => Ok(s.clone()),
         Cell::Json(other) => Err((name, format!("expected a string, found {}", json_kind(other)))),
@@ -91,7 +95,7 @@ fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
     }
 }
 
-fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+pub(crate) fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
     let s = string(name, cell)?;
     if s.is_empty() {
         return Err((name, "missing".into()));
@@ -102,7 +106,7 @@ fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
     Ok(s)
 }
 
-fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Result<u64, FieldError> {
+pub(crate) fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Result<u64, FieldError> {
     let n: i128 = match cell {
         Cell::Json(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
             (Some(u), _) => u as i128,
@@ -123,12 +127,47 @@ fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Result<u64, Fi
     Ok(n as u64)
 }
 
-fn timestamp(name: &'static str, cell: Cell) -> Result<i64, FieldError> {
+pub(crate) fn timestamp(name: &'static str, cell: Cell) -> Result<i64, FieldError> {
     let s = string(name, cell)?;
     parse_timestamp(&s).map_err(|reason| (name, reason))
 }
 
-fn json_kind(v: &Value) -> &'static str {
+/// A finite number (seconds, for the gate's fields): a JSON number, or a CSV cell's decimal text.
+/// NaN and infinities are refused; with `non_negative`, so is a value below 0.
+pub(crate) fn number(name: &'static str, cell: Cell, non_negative: bool) -> Result<f64, FieldError> {
+    let x = match cell {
+        Cell::Json(Value::Number(n)) => n
+            .as_f64()
+            .ok_or_else(|| (name, format!("expected a number, found {n}")))?,
+        Cell::Json(other) => return Err((name, format!("expected a number, found {}", json_kind(other)))),
+        Cell::Text(s) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| (name, format!("expected a number, found {s:?}")))?,
+    };
+    if !x.is_finite() {
+        return Err((name, format!("expected a finite number, found {x}")));
+    }
+    if non_negative && x < 0.0 {
+        return Err((name, format!("{x} is negative")));
+    }
+    Ok(x)
+}
+
+/// A boolean: JSON `true`/`false`, or a CSV cell `true`/`false` (any case) or `1`/`0`.
+pub(crate) fn boolean(name: &'static str, cell: Cell) -> Result<bool, FieldError> {
+    match cell {
+        Cell::Json(Value::Bool(b)) => Ok(*b),
+        Cell::Json(other) => Err((name, format!("expected true or false, found {}", json_kind(other)))),
+        Cell::Text(s) => match s.trim() {
+            t if t.eq_ignore_ascii_case("true") || t == "1" => Ok(true),
+            t if t.eq_ignore_ascii_case("false") || t == "0" => Ok(false),
+            _ => Err((name, format!("expected true, false, 1 or 0, found {s:?}"))),
+        },
+    }
+}
+
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -140,7 +179,7 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`.
-fn decode_attempt<'a>(cells: impl Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
+fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
     let mut job_id = None;
     let mut idem_key = None;
     let mut attempt_no = None;
@@ -241,23 +280,83 @@ impl<'de> serde::Deserialize<'de> for Members {
     }
 }
 
-/// Reads one NDJSON line as an attempt: `Err((field, reason))`, field `None` for bad JSON.
-pub fn attempt_from_json(line: &str) -> Result<Attempt, (Option<String>, String)> {
+/// Why a line or row is not a record: `(field, reason)`, field `None` when no single field is at
+/// fault (bad JSON, a CSV row of the wrong width).
+pub type LineError = (Option<String>, String);
+
+/// Decodes one NDJSON line with a record decoder over named cells: duplicate keys are bad JSON.
+pub(crate) fn from_json_with<T>(
+    line: &str,
+    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
+) -> Result<T, LineError> {
     let members: Members = serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?;
-    decode_attempt(members.0.iter().map(|(k, v)| (k.as_str(), Cell::Json(v))))
-        .map_err(|(f, r)| (Some(f.to_string()), r))
+    decode(&mut members.0.iter().map(|(k, v)| (k.as_str(), Cell::Json(v)))).map_err(|(f, r)| (Some(f.to_string()), r))
 }
 
-/// Reads one CSV row as an attempt given the header's column names.
-pub fn attempt_from_csv(header: &[String], row: &[&str]) -> Result<Attempt, (Option<String>, String)> {
+/// Decodes one CSV row given the header's column names; a row of another width is refused.
+pub(crate) fn from_csv_with<T>(
+    header: &[String],
+    row: &[&str],
+    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
+) -> Result<T, LineError> {
     if row.len() != header.len() {
         return Err((
             None,
             format!("expected {} fields as in the header, found {}", header.len(), row.len()),
         ));
     }
-    decode_attempt(header.iter().zip(row).map(|(h, v)| (h.as_str(), Cell::Text(v))))
+    decode(&mut header.iter().zip(row).map(|(h, v)| (h.as_str(), Cell::Text(v))))
         .map_err(|(f, r)| (Some(f.to_string()), r))
+}
+
+/// Reads one NDJSON line as an attempt: `Err((field, reason))`, field `None` for bad JSON.
+pub fn attempt_from_json(line: &str) -> Result<Attempt, (Option<String>, String)> {
+    from_json_with(line, decode_attempt)
+}
+
+/// Reads one CSV row as an attempt given the header's column names.
+pub fn attempt_from_csv(header: &[String], row: &[&str]) -> Result<Attempt, (Option<String>, String)> {
+    from_csv_with(header, row, decode_attempt)
+}
+
+/// Turns one NDJSON line or one CSV row into a typed record; [`LineReader`] does the framing.
+pub trait RecordDecoder {
+    /// The record type, e.g. [`Attempt`] or [`crate::decision::Decision`].
+    type Record;
+    /// Reads one NDJSON line (a JSON object; duplicate keys are refused).
+    fn from_json(line: &str) -> Result<Self::Record, LineError>;
+    /// Reads one CSV row given the header's column names.
+    fn from_csv(header: &[String], row: &[&str]) -> Result<Self::Record, LineError>;
+}
+
+/// The attempt decoder of SPEC 1.1 ([`attempt_from_json`], [`attempt_from_csv`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttemptDecoder;
+
+impl RecordDecoder for AttemptDecoder {
+    type Record = Attempt;
+    fn from_json(line: &str) -> Result<Attempt, LineError> {
+        attempt_from_json(line)
+    }
+    fn from_csv(header: &[String], row: &[&str]) -> Result<Attempt, LineError> {
+        attempt_from_csv(header, row)
+    }
+}
+
+/// One input line (one CSV row) read by a [`LineReader`]: a typed record, or a reject.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Framed<T> {
+    /// A record that passed every field rule.
+    Record {
+        /// 1-based line number (a CSV row's first line).
+        line: u64,
+        /// The raw text of the line (of the whole row for a multi-line CSV row).
+        raw: String,
+        /// The record.
+        record: T,
+    },
+    /// A line that could not be read, with its reason.
+    Reject(Reject),
 }
 
 /// Reads a line of at most `max` bytes into `buf` (without its `\n`); returns `None` at the end of
@@ -286,10 +385,11 @@ fn read_line_bounded<R: BufRead>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> st
     }
 }
 
-/// Iterates the records of one input, NDJSON or CSV, yielding a [`Parsed`] per non-blank line.
+/// Iterates the records of one input, NDJSON or CSV, yielding a [`Framed`] per non-blank line
+/// (per CSV row), decoded by `D`.
 ///
-/// An `Err` is an I/O error reading the input itself; a bad record is `Ok(Parsed::Reject)`.
-pub struct AttemptReader<R: BufRead> {
+/// An `Err` is an I/O error reading the input itself; a bad record is `Ok(Framed::Reject)`.
+pub struct LineReader<R: BufRead, D: RecordDecoder> {
     source: String,
     reader: R,
     format: InputFormat,
@@ -297,12 +397,13 @@ pub struct AttemptReader<R: BufRead> {
     buf: Vec<u8>,
     header: Option<Vec<String>>,
     bytes_read: u64,
+    decoder: PhantomData<fn() -> D>,
 }
 
-impl<R: BufRead> AttemptReader<R> {
+impl<R: BufRead, D: RecordDecoder> LineReader<R, D> {
     /// Reads `reader`, naming it `source` in rejects (a path, or `-` for stdin).
     pub fn new(source: impl Into<String>, reader: R, format: InputFormat) -> Self {
-        AttemptReader {
+        LineReader {
             source: source.into(),
             reader,
             format,
@@ -310,6 +411,7 @@ impl<R: BufRead> AttemptReader<R> {
             buf: Vec::new(),
             header: None,
             bytes_read: 0,
+            decoder: PhantomData,
         }
     }
 
@@ -318,8 +420,8 @@ impl<R: BufRead> AttemptReader<R> {
         self.bytes_read
     }
 
-    fn reject(&self, line: u64, field: Option<String>, reason: String, raw: String) -> Parsed {
-        Parsed::Reject(Reject {
+    fn reject(&self, line: u64, field: Option<String>, reason: String, raw: String) -> Framed<D::Record> {
+        Framed::Reject(Reject {
             source: self.source.clone(),
             line,
             field,
@@ -353,8 +455,8 @@ impl<R: BufRead> AttemptReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for AttemptReader<R> {
-    type Item = std::io::Result<Parsed>;
+impl<R: BufRead, D: RecordDecoder> Iterator for LineReader<R, D> {
+    type Item = std::io::Result<Framed<D::Record>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let (text, len) = match self.next_line() {
@@ -377,7 +479,7 @@ impl<R: BufRead> Iterator for AttemptReader<R> {
             Err(lossy) => return Some(Ok(self.reject(line, None, "not valid UTF-8".into(), lossy))),
         };
         let parsed = match self.format {
-            InputFormat::Ndjson => attempt_from_json(&text),
+            InputFormat::Ndjson => D::from_json(&text),
             InputFormat::Csv => {
                 let row = match split_csv_row(&text, &mut self.reader, &mut self.line, &mut self.bytes_read) {
                     Ok(r) => r,
@@ -388,16 +490,53 @@ impl<R: BufRead> Iterator for AttemptReader<R> {
                     return self.next();
                 };
                 let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-                attempt_from_csv(header, &cells)
+                D::from_csv(header, &cells)
             }
         };
         Some(Ok(match parsed {
-            Ok(attempt) => Parsed::Record {
+            Ok(record) => Framed::Record {
                 line,
                 raw: text,
-                attempt,
+                record,
             },
             Err((field, reason)) => self.reject(line, field, reason, text),
+        }))
+    }
+}
+
+/// Iterates the attempts of one input, NDJSON or CSV, yielding a [`Parsed`] per non-blank line:
+/// a [`LineReader`] with the [`AttemptDecoder`].
+///
+/// An `Err` is an I/O error reading the input itself; a bad record is `Ok(Parsed::Reject)`.
+pub struct AttemptReader<R: BufRead> {
+    inner: LineReader<R, AttemptDecoder>,
+}
+
+impl<R: BufRead> AttemptReader<R> {
+    /// Reads `reader`, naming it `source` in rejects (a path, or `-` for stdin).
+    pub fn new(source: impl Into<String>, reader: R, format: InputFormat) -> Self {
+        AttemptReader {
+            inner: LineReader::new(source, reader, format),
+        }
+    }
+
+    /// Bytes consumed so far (for a progress bar).
+    pub fn bytes_read(&self) -> u64 {
+        self.inner.bytes_read()
+    }
+}
+
+impl<R: BufRead> Iterator for AttemptReader<R> {
+    type Item = std::io::Result<Parsed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.inner.next()?.map(|framed| match framed {
+            Framed::Record { line, raw, record } => Parsed::Record {
+                line,
+                raw,
+                attempt: record,
+            },
+            Framed::Reject(r) => Parsed::Reject(r),
         }))
     }
 }

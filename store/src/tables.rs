@@ -21,3 +21,8 @@ pub const ATTEMPT_CONFLICT: TableDefinition<u64, &[u8]> = TableDefinition::new("
 pub const INGEST_REJECT: TableDefinition<u64, &[u8]> = TableDefinition::new("ingest_reject");
 /// Running totals: see [`crate::ledger::Counters`].
 pub const COUNTER: TableDefinition<&str, u64> = TableDefinition::new("counter");
+/// Gate decisions (SPEC 1.2, seed 003) keyed by (job_id, decided_at µs since the epoch, UTC): the
+/// ledger's order, and the index for one job's decisions.
+pub const DECISION: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("decision");
+/// Conflicting decision records, in arrival order (key: arrival number from 1).
+pub const DECISION_CONFLICT: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_conflict");

@@ -2,7 +2,8 @@
 //!
 //! The same record again is a duplicate delivery; a record that agrees with every field already
 //! set and adds absent ones completes the row; a record that differs in a field already set is a
-//! conflict, and the row in force stays as it was.
+//! conflict, and the row in force stays as it was. [`merge`] applies them to attempts;
+//! [`crate::decision::merge_decision`] to gate decisions, with the same field rules.
 
 use std::collections::BTreeMap;
 
@@ -10,103 +11,54 @@ use serde_json::Value;
 
 use crate::record::Attempt;
 
-/// What a record means for the row in force with the same identity.
+/// What a record means for the row in force with the same identity (an attempt by default, or a
+/// [`crate::decision::Decision`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Merge {
+pub enum Merge<T = Attempt> {
     /// Nothing new: a duplicate delivery.
     Duplicate,
     /// The row completed: the merged row, and the names of the fields it gained.
-    Complete(Box<Attempt>, Vec<String>),
+    Complete(Box<T>, Vec<String>),
     /// A field already set differs: the names of the differing fields.
     Conflict(Vec<String>),
 }
 
-/// Compares `incoming` with the row in force (`held`) field by field (SPEC 2).
-///
-/// `attrs` is compared key by key: a differing key is named `attrs.KEY`, a new key completes.
-pub fn merge(held: &Attempt, incoming: &Attempt) -> Merge {
-    let mut differ: Vec<String> = Vec::new();
-    let mut added: Vec<String> = Vec::new();
-    let mut out = held.clone();
+/// The field-by-field comparison of one record with the row in force: the differing fields and
+/// the fields the row gains, in the order they were compared. Shared by every record type.
+#[derive(Debug, Default)]
+pub(crate) struct FieldDiff {
+    differ: Vec<String>,
+    added: Vec<String>,
+}
 
-    fn required<T: PartialEq>(name: &str, a: &T, b: &T, differ: &mut Vec<String>) {
-        if a != b {
-            differ.push(name.to_string());
+impl FieldDiff {
+    /// A required field: any difference is a conflict.
+    pub(crate) fn required<T: PartialEq>(&mut self, name: &str, held: &T, new: &T) {
+        if held != new {
+            self.differ.push(name.to_string());
         }
     }
-    required("job_id", &held.job_id, &incoming.job_id, &mut differ);
-    required("idem_key", &held.idem_key, &incoming.idem_key, &mut differ);
-    required("attempt_no", &held.attempt_no, &incoming.attempt_no, &mut differ);
-    required("lane", &held.lane, &incoming.lane, &mut differ);
-    required("started_at", &held.started_at, &incoming.started_at, &mut differ);
 
-    fn optional<T: PartialEq + Clone>(
-        name: &str,
-        slot: &mut Option<T>,
-        new: &Option<T>,
-        differ: &mut Vec<String>,
-        added: &mut Vec<String>,
-    ) {
+    /// An optional field: absent in the record changes nothing, absent in the row completes it,
+    /// set in both and different is a conflict.
+    pub(crate) fn optional<T: PartialEq + Clone>(&mut self, name: &str, slot: &mut Option<T>, new: &Option<T>) {
         match (slot.as_ref(), new) {
             (_, None) => {}
             (None, Some(v)) => {
                 *slot = Some(v.clone());
-                added.push(name.to_string());
+                self.added.push(name.to_string());
             }
             (Some(a), Some(b)) if a == b => {}
-            (Some(_), Some(_)) => differ.push(name.to_string()),
+            (Some(_), Some(_)) => self.differ.push(name.to_string()),
         }
     }
-    optional(
-        "ended_at",
-        &mut out.ended_at,
-        &incoming.ended_at,
-        &mut differ,
-        &mut added,
-    );
-    optional("outcome", &mut out.outcome, &incoming.outcome, &mut differ, &mut added);
-    optional(
-        "tokens_in",
-        &mut out.tokens_in,
-        &incoming.tokens_in,
-        &mut differ,
-        &mut added,
-    );
-    optional(
-        "tokens_out",
-        &mut out.tokens_out,
-        &incoming.tokens_out,
-        &mut differ,
-        &mut added,
-    );
-    optional(
-        "artifact_id",
-        &mut out.artifact_id,
-        &incoming.artifact_id,
-        &mut differ,
-        &mut added,
-    );
-    optional(
-        "http_status",
-        &mut out.http_status,
-        &incoming.http_status,
-        &mut differ,
-        &mut added,
-    );
-    optional(
-        "provider_code",
-        &mut out.provider_code,
-        &incoming.provider_code,
-        &mut differ,
-        &mut added,
-    );
-    optional("key_id", &mut out.key_id, &incoming.key_id, &mut differ, &mut added);
-    optional("pool_id", &mut out.pool_id, &incoming.pool_id, &mut differ, &mut added);
-    optional("model", &mut out.model, &incoming.model, &mut differ, &mut added);
 
-    if let Some(new_attrs) = &incoming.attrs {
+    /// `attrs` (JSON object text), compared key by key: a differing key is named `attrs.KEY`, a
+    /// new key completes the row (`slot` gets the union, keys sorted).
+    pub(crate) fn attrs(&mut self, slot: &mut Option<String>, new: &Option<String>) {
+        let Some(new_attrs) = new else { return };
         let parse = |s: &str| serde_json::from_str::<BTreeMap<String, Value>>(s).unwrap_or_default();
-        let mut held_attrs = held.attrs.as_deref().map(parse).unwrap_or_default();
+        let mut held_attrs = slot.as_deref().map(parse).unwrap_or_default();
         let mut grew = false;
         for (k, v) in parse(new_attrs) {
             match held_attrs.get(&k) {
@@ -115,22 +67,54 @@ pub fn merge(held: &Attempt, incoming: &Attempt) -> Merge {
                     grew = true;
                 }
                 Some(old) if *old == v => {}
-                Some(_) => differ.push(format!("attrs.{k}")),
+                Some(_) => self.differ.push(format!("attrs.{k}")),
             }
         }
         if grew {
-            out.attrs = Some(serde_json::to_string(&held_attrs).expect("a map of JSON values serializes"));
-            added.push("attrs".to_string());
+            *slot = Some(serde_json::to_string(&held_attrs).expect("a map of JSON values serializes"));
+            self.added.push("attrs".to_string());
         }
     }
 
-    if !differ.is_empty() {
-        Merge::Conflict(differ)
-    } else if !added.is_empty() {
-        Merge::Complete(Box::new(out), added)
-    } else {
-        Merge::Duplicate
+    /// The verdict: a conflict when a field differs, else a completion when one was added, else
+    /// a duplicate; `row` is the held row with the added fields filled in.
+    pub(crate) fn verdict<T>(self, row: T) -> Merge<T> {
+        if !self.differ.is_empty() {
+            Merge::Conflict(self.differ)
+        } else if !self.added.is_empty() {
+            Merge::Complete(Box::new(row), self.added)
+        } else {
+            Merge::Duplicate
+        }
     }
+}
+
+/// Compares `incoming` with the row in force (`held`) field by field (SPEC 2).
+///
+/// `attrs` is compared key by key: a differing key is named `attrs.KEY`, a new key completes.
+pub fn merge(held: &Attempt, incoming: &Attempt) -> Merge {
+    let mut d = FieldDiff::default();
+    let mut out = held.clone();
+
+    d.required("job_id", &held.job_id, &incoming.job_id);
+    d.required("idem_key", &held.idem_key, &incoming.idem_key);
+    d.required("attempt_no", &held.attempt_no, &incoming.attempt_no);
+    d.required("lane", &held.lane, &incoming.lane);
+    d.required("started_at", &held.started_at, &incoming.started_at);
+
+    d.optional("ended_at", &mut out.ended_at, &incoming.ended_at);
+    d.optional("outcome", &mut out.outcome, &incoming.outcome);
+    d.optional("tokens_in", &mut out.tokens_in, &incoming.tokens_in);
+    d.optional("tokens_out", &mut out.tokens_out, &incoming.tokens_out);
+    d.optional("artifact_id", &mut out.artifact_id, &incoming.artifact_id);
+    d.optional("http_status", &mut out.http_status, &incoming.http_status);
+    d.optional("provider_code", &mut out.provider_code, &incoming.provider_code);
+    d.optional("key_id", &mut out.key_id, &incoming.key_id);
+    d.optional("pool_id", &mut out.pool_id, &incoming.pool_id);
+    d.optional("model", &mut out.model, &incoming.model);
+    d.attrs(&mut out.attrs, &incoming.attrs);
+
+    d.verdict(out)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod error;
 mod html;
 mod job;
 mod review;
+mod sections;
 mod weeks;
 
 use std::future::Future;

@@ -5,11 +5,12 @@ use askama::Template;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::{WeekMetrics, WeekReview, format_count, format_ratio};
+use laneledger_query::{Section, WeekMetrics, WeekReview, format_count, format_ratio};
 
 use crate::AppState;
 use crate::error::AppError;
 use crate::html::{HtmlTemplate, signed};
+use crate::sections::SectionView;
 use crate::weeks::{StateView, WeekRow, decimals};
 
 /// One metric of the drill table: this week, the previous week, the change.
@@ -49,6 +50,8 @@ struct ReviewPage {
     seed_q1_before: String,
     /// Every week, newest first.
     weeks: Vec<WeekRow>,
+    /// The audit sections of seeds 000, 002 and 003.
+    sections: Vec<SectionView>,
 }
 
 /// The page for an empty ledger.
@@ -168,11 +171,18 @@ fn alert_label(metric: &str) -> &'static str {
     match metric {
         "cross_lane_retries_per_job" => "cross-lane retries per job",
         "duplicate_artifacts_per_100_jobs" => "duplicate artifacts per 100 jobs",
+        "free_admit_miss_rate" => "free admits that missed slack (freeze dwell_gate_enabled)",
         _ => "alert",
     }
 }
 
-fn review_page(review: WeekReview, weeks: &[WeekMetrics], state: &AppState, latest: bool) -> ReviewPage {
+fn review_page(
+    review: WeekReview,
+    weeks: &[WeekMetrics],
+    sections: Vec<Section>,
+    state: &AppState,
+    latest: bool,
+) -> ReviewPage {
     let w = &review.week;
     let p = review.previous.as_ref();
     let title = if latest {
@@ -205,6 +215,7 @@ fn review_page(review: WeekReview, weeks: &[WeekMetrics], state: &AppState, late
             .rev()
             .map(|m| WeekRow::new(m, &state.thresholds, m.iso_week == w.iso_week))
             .collect(),
+        sections: crate::sections::views(sections),
     }
 }
 
@@ -219,7 +230,8 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
         .into_response());
     }
     let review = state.session.review(None, &state.thresholds).await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, &state, true)).into_response())
+    let sections = state.session.audit_sections(&review.week.iso_week).await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, sections, &state, true)).into_response())
 }
 
 /// `GET /weeks/{week}`: one week's review; 400 for a bad label, 404 for a week without data.
@@ -230,5 +242,6 @@ pub(crate) async fn week(
     let Path(week) = week?;
     let review = state.session.review(Some(&week), &state.thresholds).await?;
     let weeks = state.session.weeks().await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, &state, false)))
+    let sections = state.session.audit_sections(&review.week.iso_week).await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, sections, &state, false)))
 }

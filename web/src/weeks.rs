@@ -41,6 +41,7 @@ pub(crate) fn decimals(metric: &str) -> usize {
     match metric {
         "cross_lane_retries_per_job" => 3,
         "duplicate_artifacts_per_100_jobs" => 2,
+        "free_admit_miss_rate" => 3,
         _ => 1,
     }
 }

@@ -1,0 +1,390 @@
+//! The audit sections of the weekly review (issue 3): each a titled table with the SQL behind it,
+//! its cells already formatted for people. The CLI prints them; the site renders them.
+
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::metrics::parse_iso_week;
+use crate::session::Session;
+
+/// Which seed a section audits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Group {
+    /// Seed 000: lanes, pinning, late completions.
+    Lane,
+    /// Seed 002: key refusals.
+    Keys,
+    /// Seed 003: the dwell gate.
+    Gate,
+}
+
+/// One table of the review: what it shows, the SQL behind it, and its rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Section {
+    /// A stable id, e.g. `lane_policy_violation` (an anchor on the page).
+    pub id: &'static str,
+    /// The seed it audits.
+    pub group: Group,
+    /// A short title.
+    pub title: &'static str,
+    /// One sentence on what it shows and the rule behind it.
+    pub description: &'static str,
+    /// The SQL that produced the rows (runs as is in `laneledger sql`).
+    pub sql: String,
+    /// Column names.
+    pub columns: Vec<String>,
+    /// Cells formatted for people; `None` is SQL NULL.
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl Section {
+    /// The index of `column`, if the section has it.
+    pub fn column(&self, column: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == column)
+    }
+}
+
+fn cells(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>> {
+    let opts = FormatOptions::default();
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for r in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .zip(&fmts)
+                    .map(|(c, f)| (!c.is_null(r)).then(|| f.value(r).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+struct Spec {
+    id: &'static str,
+    group: Group,
+    title: &'static str,
+    description: &'static str,
+    sql: &'static str,
+}
+
+/// The sections, with `{week}` standing for the ISO week label.
+const SPECS: &[Spec] = &[
+    Spec {
+        id: "lane_policy_violation",
+        group: Group::Lane,
+        title: "Lane policy violations",
+        description: "Each job's attempts replayed through seed 000 next_lane: a free attempt where it answers paid (after an ambiguous or permanent outcome, once pinned, past the free budget), or a paid attempt where it answers free.",
+        sql: "SELECT job_id, attempt_no, lane, expected_lane, kind, reason FROM lane_policy_violation WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+    },
+    Spec {
+        id: "duplicate_reconciliation",
+        group: Group::Lane,
+        title: "Duplicates against the reconcile window",
+        description: "Each later artifact of an idem_key, by the gap between the first artifact's ended_at and its own: inside lane.yaml's late_completion_window_s (seed 000: 900 s) it was reconcilable, after it the window was too short.",
+        sql: "SELECT idem_key, artifact_id, first_artifact_id, job_id, attempt_no, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '{week}' ORDER BY class, gap_s",
+    },
+    Spec {
+        id: "refusal_by_kind",
+        group: Group::Keys,
+        title: "Refusals by kind",
+        description: "Attempts a provider refused, sorted by seed 002 error_kind(http_status, provider_code).",
+        sql: "SELECT error_kind, attempts, keys FROM refusal_by_kind WHERE iso_week = '{week}' ORDER BY attempts DESC, error_kind",
+    },
+    Spec {
+        id: "refusal_by_code",
+        group: Group::Keys,
+        title: "Refusals by provider code",
+        description: "The same refusals by HTTP status and provider code (z.ai 1302 rate limit, 1305 overload, 1113 and 1308–1321 but 1312 a spent quota).",
+        sql: "SELECT http_status, provider_code, error_kind, attempts FROM refusal_by_code WHERE iso_week = '{week}' ORDER BY attempts DESC, http_status, provider_code",
+    },
+    Spec {
+        id: "same_key_retry",
+        group: Group::Keys,
+        title: "Retries on the key that just refused",
+        description: "An attempt on the very key that refused the job's previous attempt: seed 002 next_free never picks the key that just failed (the #9967 case).",
+        sql: "SELECT job_id, attempt_no, key_id, pool_id, previous_kind, previous_http_status, previous_provider_code FROM same_key_retry WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+    },
+    Spec {
+        id: "key_rest_violation",
+        group: Group::Keys,
+        title: "Keys used inside their rest or long break",
+        description: "A key used again before seed 002 cooldown_seconds ran out after a transient refusal (15 s doubling per strike, at most 240 s), or within the 1,800 s break after a quota or auth refusal (key_closes).",
+        sql: "SELECT key_id, job_id, attempt_no, started_at, rest, refused_job_id, refused_kind, strikes, rest_s, early_s FROM key_rest_violation WHERE iso_week = '{week}' ORDER BY key_id, started_at",
+    },
+    Spec {
+        id: "pool_overload_episode",
+        group: Group::Keys,
+        title: "Pool overload episodes",
+        description: "At least keys.pool_overload_keys (seed 002: 3) distinct keys of one pool answered 1305 inside keys.overload_window_s (60 s): the pool's model was overloaded and the next attempt belonged on the next pool (pool_overloaded).",
+        sql: "SELECT pool_id, started_at, ended_at, refusals_1305, distinct_keys, keys, pool_size_seen, window_s FROM pool_overload_episode WHERE iso_week = '{week}' ORDER BY started_at",
+    },
+    Spec {
+        id: "attempt_bound_exceeded",
+        group: Group::Keys,
+        title: "Jobs past the attempt bound",
+        description: "Jobs with more attempts than keys.max_attempts_per_turn (seed 002 MAX_ATTEMPTS_PER_TURN: 8).",
+        sql: "SELECT job_id, attempts, bound, last_outcome FROM attempt_bound_exceeded WHERE iso_week = '{week}' ORDER BY attempts DESC, job_id",
+    },
+    Spec {
+        id: "outcome_mismatch",
+        group: Group::Keys,
+        title: "Outcomes that contradict the refusal",
+        description: "The router's outcome against seed 002 error_kind: a quota code sent as retryable, a wrong request sent as retryable, a transient refusal sent as permanent, a refusal sent as ok.",
+        sql: "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason FROM outcome_mismatch WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+    },
+];
+
+/// Seed 003's decision lists, after the gate's ratios.
+const GATE_SPECS: &[Spec] = &[
+    Spec {
+        id: "gate_free_admit_miss",
+        group: Group::Gate,
+        title: "Free admits that missed their slack",
+        description: "admit_free decisions that later recorded slack_miss = true: seed 003 pages on these, with dwell, slack and retry count attached.",
+        sql: "SELECT job_id, decided_at, dwell_s, deadline_slack_s, retry_count, queue_age_s, expected_service_s, retry_tax_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss ORDER BY decided_at",
+    },
+    Spec {
+        id: "gate_decision_mismatch",
+        group: Group::Gate,
+        title: "Decisions that differ from decide_safe",
+        description: "The logged decision against seed 003 decide_safe on the same row (age cap, then dwell against slack, with non-positive service or slack deferred).",
+        sql: "SELECT job_id, decided_at, decision, expected_decision, queue_age_s, max_queue_age_s, dwell_s, deadline_slack_s, expected_service_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision ORDER BY decided_at",
+    },
+];
+
+impl Session {
+    /// Seed 003's ratios for `week` as a section: decisions by kind, the three ratios and the
+    /// mismatch count, and the freeze alert. No rows when no decision was logged that week.
+    async fn gate_ratios(&self, week: &str) -> Result<Section> {
+        let mut rows = Vec::new();
+        match self.gate_review(Some(week), &self.gate_thresholds()).await {
+            Ok(r) => {
+                let w = &r.week;
+                let ratio = |v: Option<f64>| Some(crate::format_ratio(v, 3));
+                let n = |v: i64| Some(crate::format_count(v));
+                let none = || None;
+                rows.push(vec![
+                    Some("decisions: admit_free".into()),
+                    n(w.admit_free),
+                    n(w.decisions),
+                    ratio(Some(w.admit_free as f64 / w.decisions.max(1) as f64)),
+                    none(),
+                    none(),
+                ]);
+                rows.push(vec![
+                    Some("decisions: defer".into()),
+                    n(w.defer),
+                    n(w.decisions),
+                    ratio(Some(w.defer as f64 / w.decisions.max(1) as f64)),
+                    none(),
+                    none(),
+                ]);
+                rows.push(vec![
+                    Some("decisions: reserved".into()),
+                    n(w.reserved),
+                    n(w.decisions),
+                    ratio(Some(w.reserved as f64 / w.decisions.max(1) as f64)),
+                    none(),
+                    none(),
+                ]);
+                rows.push(vec![
+                    Some("free admits that missed slack ÷ free admits".into()),
+                    n(w.free_admit_misses),
+                    n(w.admit_free),
+                    ratio(w.free_admit_miss_rate),
+                    Some(format!("> {}", r.alert.threshold)),
+                    Some(match r.action {
+                        Some(a) => format!("ALERT: {a}"),
+                        None => r.alert.state.as_str().to_string(),
+                    }),
+                ]);
+                rows.push(vec![
+                    Some("defers that would have fit a reserved worker ÷ defers".into()),
+                    n(w.defers_that_fit_reserved),
+                    n(w.defer),
+                    ratio(w.defers_that_fit_reserved_rate),
+                    none(),
+                    none(),
+                ]);
+                rows.push(vec![
+                    Some("reserved shifts whose dwell without the retry tax fits ÷ reserved".into()),
+                    n(w.reserved_that_fit_free),
+                    n(w.reserved),
+                    ratio(w.reserved_that_fit_free_rate),
+                    none(),
+                    none(),
+                ]);
+                rows.push(vec![
+                    Some("decisions that differ from decide_safe".into()),
+                    n(w.decision_mismatches),
+                    n(w.decisions),
+                    none(),
+                    none(),
+                    none(),
+                ]);
+            }
+            Err(crate::Error::UnknownWeek(_)) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Section {
+            id: "gate_ratios",
+            group: Group::Gate,
+            title: "Gate decisions and seed 003's weekly ratios",
+            description: "Admission decisions logged in the week (by decided_at), seed 003's three review ratios and the decisions that differ from decide_safe; above gate.free_admit_miss_rate (1%) of free admits missing their slack, freeze dwell_gate_enabled.",
+            sql: format!("SELECT * FROM gate_weekly WHERE iso_week = '{week}'"),
+            columns: ["figure", "count", "of", "ratio", "threshold", "state"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        })
+    }
+
+    /// The audit sections for ISO week `week` (`2026-W47`), in page order: lane, keys, gate.
+    ///
+    /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week.
+    pub async fn audit_sections(&self, week: &str) -> Result<Vec<Section>> {
+        parse_iso_week(week)?;
+        let mut out = Vec::with_capacity(SPECS.len());
+        for spec in SPECS.iter().chain(GATE_SPECS) {
+            if spec.id == "gate_free_admit_miss" {
+                out.push(self.gate_ratios(week).await?);
+            }
+            let sql = spec.sql.replace("{week}", week);
+            let result = self.query(&sql).await?;
+            if spec.id == "refusal_by_kind" {
+                out.push(self.free_lane_bet(week).await?);
+            }
+            out.push(Section {
+                id: spec.id,
+                group: spec.group,
+                title: spec.title,
+                description: spec.description,
+                columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
+                rows: cells(&result.batches)?,
+                sql,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn f64_at(b: &[RecordBatch], col: &str) -> Option<f64> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Float64Type;
+    let b = b.iter().find(|b| b.num_rows() > 0)?;
+    let c = b.column_by_name(col)?.as_primitive_opt::<Float64Type>()?;
+    (!c.is_null(0)).then(|| c.value(0))
+}
+
+impl Session {
+    /// Seed 000's "When the Free Lane Is the Wrong Bet" table for `week`: each row's condition,
+    /// what the ledger measured, whether the condition holds, and the seed's route.
+    async fn free_lane_bet(&self, week: &str) -> Result<Section> {
+        let sql = format!("SELECT * FROM free_lane_bet WHERE iso_week = '{week}'");
+        let m = self.query(&sql).await?.batches;
+        let slack_sql = format!(
+            "SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY deadline_slack_s) AS slack_p95_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}'"
+        );
+        // Deadline slack comes from gate decisions (seed 003); a ledger without them has none.
+        let slack = match self.query(&slack_sql).await {
+            Ok(r) => f64_at(&r.batches, "slack_p95_s"),
+            Err(_) => None,
+        };
+        let p95 = f64_at(&m, "free_p95_latency_s");
+        let amb = f64_at(&m, "ambiguous_rate");
+        let delta = f64_at(&m, "token_delta");
+        let yes_no = |b: Option<bool>| Some(b.map_or("—", |b| if b { "yes" } else { "no" }).to_string());
+        let secs = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.1} s"));
+        let pct = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{:.1}%", v * 100.0));
+        let rows = vec![
+            vec![
+                Some("Deadline slack p95 < 2× free-lane p95 latency".to_string()),
+                Some(format!(
+                    "slack p95 {} (gate decisions); free-lane p95 latency {}",
+                    secs(slack),
+                    secs(p95)
+                )),
+                yes_no(slack.zip(p95).map(|(s, l)| s < 2.0 * l)),
+                Some("Stay on paid".to_string()),
+            ],
+            vec![
+                Some("Ambiguous rate > 2% and no idempotency key at the boundary".to_string()),
+                Some(format!(
+                    "ambiguous rate {} of free attempts; every attempt carries an idem_key",
+                    pct(amb)
+                )),
+                yes_no(amb.map(|_| false)),
+                Some("Fix the key first".to_string()),
+            ],
+            vec![
+                Some("Token delta between lanes < 10%".to_string()),
+                Some(format!(
+                    "mean tokens per paid attempt differ from free by {}",
+                    pct(delta)
+                )),
+                yes_no(delta.map(|d| d < 0.10)),
+                Some("Decide on rework and latency".to_string()),
+            ],
+            vec![
+                Some("Sustained arrival above measured free throughput for 30 min".to_string()),
+                Some("not in the ledger (needs arrival and throughput rates)".to_string()),
+                yes_no(None),
+                Some("Split by priority".to_string()),
+            ],
+            vec![
+                Some("Batch deadline ≥ 6h and outputs idempotent".to_string()),
+                Some("not in the ledger (needs the batch deadline)".to_string()),
+                yes_no(None),
+                Some("Free lane first, pin on ambiguous".to_string()),
+            ],
+        ];
+        Ok(Section {
+            id: "free_lane_bet",
+            group: Group::Lane,
+            title: "When the free lane is the wrong bet",
+            description: "Seed 000's table, evaluated on the week: each condition, what the ledger measured (view free_lane_bet; deadline slack from gate_decision), whether it holds, and the route the seed gives when it does. The ambiguous row holds only without an idempotency key, which every ledger row has.",
+            sql: format!("{sql};\n{slack_sql}"),
+            columns: ["condition", "measured", "holds", "route"].map(String::from).to_vec(),
+            rows,
+        })
+    }
+}
+
+/// Plain text of a section: the title, then an aligned table (or "none").
+pub fn section_text(s: &Section) -> String {
+    let mut out = format!("{}\n", s.title);
+    if s.rows.is_empty() {
+        out += "  none\n";
+        return out;
+    }
+    let show = |c: &Option<String>| c.clone().unwrap_or_else(|| "—".to_string());
+    let widths: Vec<usize> = (0..s.columns.len())
+        .map(|i| {
+            s.rows
+                .iter()
+                .map(|r| show(&r[i]).chars().count())
+                .chain([s.columns[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("  {}\n", padded.join("  ").trim_end())
+    };
+    out += &line(s.columns.clone());
+    for r in &s.rows {
+        out += &line(r.iter().map(show).collect());
+    }
+    out
+}

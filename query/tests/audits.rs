@@ -1,0 +1,286 @@
+//! Policy audits on small fixtures and on the sample drills, asserting exact rows.
+
+mod common;
+
+use datafusion::assert_batches_sorted_eq;
+use laneledger_query::Session;
+use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
+
+/// An attempt line: job, attempt_no, lane, start (seconds after 2026-11-23T00:00:00Z), duration
+/// in seconds, outcome, and extra JSON members.
+fn at(job: &str, no: u32, lane: &str, start_s: i64, dur_s: i64, outcome: &str, extra: &str) -> String {
+    let t = |s: i64| laneledger_store::format_timestamp(1_795_392_000_000_000 + s * 1_000_000);
+    format!(
+        r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{no},"lane":"{lane}","started_at":"{}","ended_at":"{}","outcome":"{outcome}"{extra}}}"#,
+        t(start_s),
+        t(start_s + dur_s)
+    )
+}
+
+async fn session(lines: &[String]) -> (tempfile::TempDir, Session) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("a.redb")).unwrap();
+    let text = lines.join("\n");
+    let r = ingest_reader(
+        &ledger,
+        "fixture",
+        text.as_bytes(),
+        InputFormat::Ndjson,
+        DEFAULT_BATCH,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.counters.rejected + r.counters.conflicts, 0, "{:?}", r.problems);
+    (dir, Session::new(ledger).await.unwrap())
+}
+
+async fn check(s: &Session, sql: &str, expected: &[&str]) {
+    let got = s.query(sql).await.unwrap();
+    assert_batches_sorted_eq!(expected, &got.batches);
+}
+
+#[test]
+fn the_fixture_clock_starts_on_monday_of_2026_w48() {
+    assert_eq!(
+        laneledger_store::parse_timestamp("2026-11-23T00:00:00Z").unwrap(),
+        1_795_392_000_000_000
+    );
+}
+
+#[tokio::test]
+async fn a_replayed_job_for_each_lane_violation_kind() {
+    let (_d, s) = session(&[
+        // obeys next_lane: free retryable, free ok
+        at("ok1", 1, "free", 0, 1, "retryable", ""),
+        at("ok1", 2, "free", 5, 10, "ok", ""),
+        // free after an ambiguous outcome
+        at("amb", 1, "free", 0, 40, "ambiguous", ""),
+        at("amb", 2, "free", 45, 10, "ok", ""),
+        // past the free budget: a third free attempt
+        at("bud", 1, "free", 0, 1, "retryable", ""),
+        at("bud", 2, "free", 5, 1, "retryable", ""),
+        at("bud", 3, "free", 10, 10, "ok", ""),
+        // once pinned: ambiguous → paid (right) → free (wrong)
+        at("pin", 1, "free", 0, 40, "ambiguous", ""),
+        at("pin", 2, "paid", 45, 5, "retryable", ""),
+        at("pin", 3, "free", 55, 10, "ok", ""),
+        // paying first, with nothing that pins
+        at("pay", 1, "paid", 0, 5, "ok", ""),
+    ])
+    .await;
+    check(
+        &s,
+        "SELECT job_id, attempt_no, lane, expected_lane, kind, reason FROM lane_policy_violation",
+        &[
+            "+--------+------------+------+---------------+-----------------+--------------------------------------------------------------------------------------+",
+            "| job_id | attempt_no | lane | expected_lane | kind            | reason                                                                               |",
+            "+--------+------------+------+---------------+-----------------+--------------------------------------------------------------------------------------+",
+            "| amb    | 2          | free | paid          | free_where_paid | a free attempt after an ambiguous outcome: pin to paid                               |",
+            "| bud    | 3          | free | paid          | free_where_paid | past the free budget: 2 of 2 free attempts used                                      |",
+            "| pay    | 1          | paid | free          | paid_where_free | paid before the free budget was spent (0 of 2 free attempts), with nothing that pins |",
+            "| pin    | 3          | free | paid          | free_where_paid | once pinned, a job stays on paid                                                     |",
+            "+--------+------------+------+---------------+-----------------+--------------------------------------------------------------------------------------+",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn duplicates_split_by_the_900_s_reconcile_window() {
+    let (_d, s) = session(&[
+        // one idem key, three artifacts: the second lands 600 s after the first, the third 1,500 s
+        at("r", 1, "free", 0, 100, "ambiguous", r#","artifact_id":"a-first""#),
+        at("r", 2, "paid", 200, 500, "ok", r#","artifact_id":"a-inside""#),
+        at("r", 3, "paid", 300, 1300, "ok", r#","artifact_id":"a-after""#),
+        at("single", 1, "free", 0, 10, "ok", r#","artifact_id":"a-single""#),
+    ])
+    .await;
+    check(
+        &s,
+        "SELECT idem_key, artifact_id, first_artifact_id, gap_s, window_s, class FROM duplicate_reconciliation",
+        &[
+            "+----------+-------------+-------------------+--------+----------+------------------+",
+            "| idem_key | artifact_id | first_artifact_id | gap_s  | window_s | class            |",
+            "+----------+-------------+-------------------+--------+----------+------------------+",
+            "| k-r      | a-after     | a-first           | 1500.0 | 900.0    | window too short |",
+            "| k-r      | a-inside    | a-first           | 600.0  | 900.0    | reconcilable     |",
+            "+----------+-------------+-------------------+--------+----------+------------------+",
+        ],
+    )
+    .await;
+}
+
+fn refusal(job: &str, no: u32, start_s: i64, key: &str, pool: &str, code: &str) -> String {
+    at(
+        job,
+        no,
+        "free",
+        start_s,
+        1,
+        "retryable",
+        &format!(r#","http_status":429{code},"key_id":"{key}","pool_id":"{pool}""#),
+    )
+}
+
+#[tokio::test]
+async fn a_pool_overload_is_three_keys_answering_1305_within_60_s_and_not_over_3_minutes() {
+    let mut lines = vec![
+        // pool-burst: keys 1, 2, 3 answer 1305 within 50 s
+        refusal("b1", 1, 0, "key-1", "pool-burst", r#","provider_code":1305"#),
+        refusal("b2", 1, 20, "key-2", "pool-burst", r#","provider_code":1305"#),
+        refusal("b3", 1, 49, "key-3", "pool-burst", r#","provider_code":1305"#),
+        // pool-spread: the same three keys, 90 s apart (3 minutes in all)
+        refusal("s1", 1, 0, "key-1", "pool-spread", r#","provider_code":1305"#),
+        refusal("s2", 1, 90, "key-2", "pool-spread", r#","provider_code":1305"#),
+        refusal("s3", 1, 180, "key-3", "pool-spread", r#","provider_code":1305"#),
+    ];
+    // Both pools hold ten keys, so "every key of a small pool" never applies.
+    for i in 4..=10 {
+        for pool in ["pool-burst", "pool-spread"] {
+            lines.push(at(
+                &format!("{pool}-{i}"),
+                1,
+                "free",
+                1000,
+                5,
+                "ok",
+                &format!(r#","http_status":200,"key_id":"key-{i}","pool_id":"{pool}""#),
+            ));
+        }
+    }
+    let (_d, s) = session(&lines).await;
+    check(
+        &s,
+        "SELECT pool_id, started_at, ended_at, refusals_1305, distinct_keys, keys, pool_size_seen FROM pool_overload_episode",
+        &[
+            "+------------+----------------------+----------------------+---------------+---------------+-------------------+----------------+",
+            "| pool_id    | started_at           | ended_at             | refusals_1305 | distinct_keys | keys              | pool_size_seen |",
+            "+------------+----------------------+----------------------+---------------+---------------+-------------------+----------------+",
+            "| pool-burst | 2026-11-23T00:00:01Z | 2026-11-23T00:00:50Z | 3             | 3             | key-1,key-2,key-3 | 10             |",
+            "+------------+----------------------+----------------------+---------------+---------------+-------------------+----------------+",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn key_refusal_audits_name_each_lapse() {
+    let (_d, s) = session(&[
+        // the #9967 case: 1305 on key-9, then the same key again at once
+        refusal("bee", 1, 0, "key-9", "pool-2", r#","provider_code":1305"#),
+        refusal("bee", 2, 5, "key-9", "pool-2", r#","provider_code":1305"#),
+        at(
+            "bee",
+            3,
+            "free",
+            60,
+            10,
+            "ok",
+            r#","http_status":200,"key_id":"key-0","pool_id":"pool-2""#,
+        ),
+        // a quota code sent as retryable; key-q then used again 10 minutes later (long break: 30)
+        refusal("quota", 1, 0, "key-q", "pool-1", r#","provider_code":1308"#),
+        at(
+            "later",
+            1,
+            "free",
+            601,
+            5,
+            "ok",
+            r#","http_status":200,"key_id":"key-q","pool_id":"pool-1""#,
+        ),
+        // nine attempts in one turn
+        at("spin", 1, "free", 0, 1, "retryable", ""),
+        at("spin", 2, "free", 2, 1, "retryable", ""),
+        at("spin", 3, "paid", 4, 1, "retryable", ""),
+        at("spin", 4, "paid", 6, 1, "retryable", ""),
+        at("spin", 5, "paid", 8, 1, "retryable", ""),
+        at("spin", 6, "paid", 10, 1, "retryable", ""),
+        at("spin", 7, "paid", 12, 1, "retryable", ""),
+        at("spin", 8, "paid", 14, 1, "retryable", ""),
+        at("spin", 9, "paid", 16, 1, "ok", ""),
+    ])
+    .await;
+    check(
+        &s,
+        "SELECT job_id, attempt_no, key_id, previous_attempt_no, previous_kind, previous_provider_code FROM same_key_retry",
+        &[
+            "+--------+------------+--------+---------------------+---------------+------------------------+",
+            "| job_id | attempt_no | key_id | previous_attempt_no | previous_kind | previous_provider_code |",
+            "+--------+------------+--------+---------------------+---------------+------------------------+",
+            "| bee    | 2          | key-9  | 1                   | transient     | 1305                   |",
+            "+--------+------------+--------+---------------------+---------------+------------------------+",
+        ],
+    )
+    .await;
+    // bee #1 ends at 1 s: rests 15 s until 16 s; attempt 2 starts at 5 s, 11 s early.
+    // quota ends at 1 s: closed 1,800 s until 1,801 s; key-q used at 601 s, 1,200 s early.
+    check(
+        &s,
+        "SELECT key_id, job_id, attempt_no, rest, refused_job_id, refused_kind, strikes, rest_s, rest_until, early_s FROM key_rest_violation",
+        &[
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
+            "| key_id | job_id | attempt_no | rest       | refused_job_id | refused_kind | strikes | rest_s | rest_until           | early_s |",
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
+            "| key-9  | bee    | 2          | rest       | bee            | transient    | 0       | 15     | 2026-11-23T00:00:16Z | 11.0    |",
+            "| key-q  | later  | 1          | long break | quota          | quota        | 0       | 1800   | 2026-11-23T00:30:01Z | 1200.0  |",
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
+        ],
+    )
+    .await;
+    check(
+        &s,
+        "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code FROM outcome_mismatch",
+        &[
+            "+--------+------------+-----------+------------+-------------+---------------+",
+            "| job_id | attempt_no | outcome   | error_kind | http_status | provider_code |",
+            "+--------+------------+-----------+------------+-------------+---------------+",
+            "| quota  | 1          | retryable | quota      | 429         | 1308          |",
+            "+--------+------------+-----------+------------+-------------+---------------+",
+        ],
+    )
+    .await;
+    check(
+        &s,
+        "SELECT job_id, attempts, bound, last_outcome FROM attempt_bound_exceeded",
+        &[
+            "+--------+----------+-------+--------------+",
+            "| job_id | attempts | bound | last_outcome |",
+            "+--------+----------+-------+--------------+",
+            "| spin   | 9        | 8     | ok           |",
+            "+--------+----------+-------+--------------+",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_pin_drill_obeys_next_lane_and_the_nopin_drill_does_not() {
+    let (_d, ledger) = common::ledger_from(&["drill-nopin-2026-W47.ndjson", "drill-pin-2026-W48.ndjson"]);
+    let s = Session::new(ledger).await.unwrap();
+    check(
+        &s,
+        "SELECT iso_week, kind, COUNT(*) AS n FROM lane_policy_violation GROUP BY iso_week, kind",
+        &[
+            "+----------+-----------------+----+",
+            "| iso_week | kind            | n  |",
+            "+----------+-----------------+----+",
+            "| 2026-W47 | free_where_paid | 51 |",
+            "+----------+-----------------+----+",
+        ],
+    )
+    .await;
+    check(
+        &s,
+        "SELECT iso_week, class, COUNT(*) AS n FROM duplicate_reconciliation GROUP BY iso_week, class",
+        &[
+            "+----------+------------------+----+",
+            "| iso_week | class            | n  |",
+            "+----------+------------------+----+",
+            "| 2026-W47 | reconcilable     | 14 |",
+            "| 2026-W47 | window too short | 7  |",
+            "+----------+------------------+----+",
+        ],
+    )
+    .await;
+}

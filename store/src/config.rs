@@ -1,0 +1,643 @@
+//! `lane.yaml`, typed (SPEC 7): seed 000's router settings plus the extensions for seeds 002 and 003.
+//!
+//! Seed 000's file (under "Config You Can Copy") parses unchanged. Every key is optional: a key
+//! left out, a section left out, an empty file and no file at all all mean the seeds' values, which
+//! are what [`LaneConfig::default`] returns. A key the file format does not define is an error at
+//! every level, and so is a value of the wrong type; the [`ConfigError`] names the file, the line
+//! and the dotted key (`keys.cooldown_base_s`, `lanes.free.pin_on[2]`).
+//!
+//! Units are in the key names: `_s` is seconds, `_rate` and `_per_job` are ratios (0.01 = 1%),
+//! `max_attempts*` and `*_keys` are counts.
+//!
+//! ```
+//! use laneledger_store::LaneConfig;
+//! let config = LaneConfig::from_yaml_str("gate: {free_admit_miss_rate: 0.02}\n", "lane.yaml")?;
+//! assert_eq!(config.gate.free_admit_miss_rate, 0.02);
+//! assert_eq!(config.lanes.free.max_attempts, 2);
+//! let err = LaneConfig::from_yaml_str("keys:\n  cooldwn_s: 3\n", "lane.yaml").unwrap_err();
+//! assert!(err.to_string().starts_with("lane.yaml:2: unknown key keys.cooldwn_s (expected one of"));
+//! # Ok::<(), laneledger_store::config::ConfigError>(())
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+
+use crate::policy::{gate, lane, refusal};
+use crate::record::Outcome;
+
+/// The whole of `lane.yaml` (SPEC 7). Every section and key is optional; missing ones take the
+/// seeds' values ([`LaneConfig::default`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LaneConfig {
+    /// `lanes`: the per-lane attempt budgets and the pin rule (seed 000).
+    pub lanes: LanesConfig,
+    /// `reconcile`: how late completions are matched to their job (seed 000).
+    pub reconcile: ReconcileConfig,
+    /// `alerts`: the weekly review's two alert thresholds (seed 000).
+    pub alerts: AlertsConfig,
+    /// `free_lane_enabled`: whether the router may use the free lane at all (seed 000 lane.yaml
+    /// `free_lane_enabled: true`).
+    pub free_lane_enabled: bool,
+    /// `gate`: the free-path dwell gate (seed 003), an extension of seed 000's file.
+    pub gate: GateConfig,
+    /// `keys`: key cool-downs and failover bounds (seed 002), an extension of seed 000's file.
+    pub keys: KeysConfig,
+    /// `retention`: how long the ledger keeps finished jobs (SPEC 6), an extension.
+    pub retention: RetentionConfig,
+}
+
+impl Default for LaneConfig {
+    /// The seeds' values: seed 000's lane.yaml as written, seed 002's and seed 003's constants.
+    fn default() -> Self {
+        LaneConfig {
+            lanes: LanesConfig::default(),
+            reconcile: ReconcileConfig::default(),
+            alerts: AlertsConfig::default(),
+            free_lane_enabled: true,
+            gate: GateConfig::default(),
+            keys: KeysConfig::default(),
+            retention: RetentionConfig::default(),
+        }
+    }
+}
+
+/// `lanes` (seed 000 lane.yaml).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LanesConfig {
+    /// `lanes.free`: the free lane.
+    pub free: FreeLaneConfig,
+    /// `lanes.paid`: the paid fallback.
+    pub paid: PaidLaneConfig,
+}
+
+/// `lanes.free` (seed 000 lane.yaml).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FreeLaneConfig {
+    /// `lanes.free.max_attempts`: free-lane attempts a job may use before it is pinned to paid, a
+    /// count of attempts (seed 000 `MAX_FREE_ATTEMPTS = 2`, [`lane::MAX_FREE_ATTEMPTS`]).
+    pub max_attempts: u32,
+    /// `lanes.free.pin_on`: the outcomes that pin a job to the paid lane, spelled
+    /// `ok | retryable | ambiguous | permanent`; any other name is an error (seed 000
+    /// `PIN_ON = {"ambiguous", "permanent"}`, [`lane::PIN_ON`]).
+    #[serde(deserialize_with = "outcome_names")]
+    pub pin_on: Vec<Outcome>,
+}
+
+impl Default for FreeLaneConfig {
+    fn default() -> Self {
+        FreeLaneConfig {
+            max_attempts: lane::MAX_FREE_ATTEMPTS,
+            pin_on: lane::PIN_ON.iter().filter_map(|name| Outcome::parse(name)).collect(),
+        }
+    }
+}
+
+/// `lanes.paid` (seed 000 lane.yaml).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaidLaneConfig {
+    /// `lanes.paid.max_attempts`: paid-lane attempts per job, a count of attempts (seed 000
+    /// lane.yaml `lanes.paid.max_attempts: 1`).
+    pub max_attempts: u32,
+}
+
+impl Default for PaidLaneConfig {
+    fn default() -> Self {
+        PaidLaneConfig { max_attempts: 1 }
+    }
+}
+
+/// `reconcile` (seed 000 lane.yaml).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileConfig {
+    /// `reconcile.late_completion_window_s`: seconds after a client timeout within which a slow
+    /// completion is still reconciled to its job rather than counted a duplicate (seed 000
+    /// lane.yaml `late_completion_window_s: 900`).
+    pub late_completion_window_s: u32,
+    /// `reconcile.dedup_key`: the request header that carries the job's idempotency key (seed 000
+    /// lane.yaml `dedup_key: Idempotency-Key`).
+    pub dedup_key: String,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            late_completion_window_s: 900,
+            dedup_key: "Idempotency-Key".to_owned(),
+        }
+    }
+}
+
+/// `alerts` (seed 000 lane.yaml): an alert fires when a week's value is above its threshold.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// `alerts.cross_lane_retries_per_job`: a ratio of jobs, those with attempts on both lanes ÷
+    /// all jobs (seed 000 lane.yaml `cross_lane_retries_per_job: 0.20`).
+    pub cross_lane_retries_per_job: f64,
+    /// `alerts.duplicate_artifacts_per_100_jobs`: duplicate artifacts per 100 jobs; an integer in
+    /// the file reads as a number (seed 000 lane.yaml `duplicate_artifacts_per_100_jobs: 1`).
+    pub duplicate_artifacts_per_100_jobs: f64,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            cross_lane_retries_per_job: 0.20,
+            duplicate_artifacts_per_100_jobs: 1.0,
+        }
+    }
+}
+
+/// `gate` (seed 003, the free-path dwell gate), an extension (SPEC 7).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GateConfig {
+    /// `gate.max_queue_age_s`: seconds a job may wait in the queue before the gate defers it
+    /// (seed 003 `Job.max_queue_age_s = 30.0`, [`gate::DEFAULT_MAX_QUEUE_AGE_S`]).
+    pub max_queue_age_s: f64,
+    /// `gate.free_admit_miss_rate`: a ratio, free admits that later missed their slack ÷ free
+    /// admits, above which the gate's flag should be frozen (seed 003 "If misses exceed one
+    /// percent of free admits, freeze the flag": 0.01).
+    pub free_admit_miss_rate: f64,
+    /// `gate.reserved_service_s`: seconds one turn takes on a reserved worker, used when a decision
+    /// does not record its own (seed 003 "an eight-second reserved turn", samples'
+    /// `expected_service_s = 8`).
+    pub reserved_service_s: f64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            max_queue_age_s: gate::DEFAULT_MAX_QUEUE_AGE_S,
+            free_admit_miss_rate: 0.01,
+            reserved_service_s: 8.0,
+        }
+    }
+}
+
+/// `keys` (seed 002, `key_failover.t27`), an extension (SPEC 7). All whole numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysConfig {
+    /// `keys.cooldown_base_s`: seconds a transient refusal rests a key, doubled per strike in a row
+    /// (seed 002 `COOL_BASE_SECONDS = 15`, [`refusal::COOL_BASE_SECONDS`]).
+    pub cooldown_base_s: u32,
+    /// `keys.cooldown_cap_s`: the longest transient rest, in seconds (seed 002
+    /// `COOL_CAP_SECONDS = 240`, [`refusal::COOL_CAP_SECONDS`]).
+    pub cooldown_cap_s: u32,
+    /// `keys.key_break_s`: seconds a spent quota or a refused key stays closed (seed 002
+    /// `KEY_BREAK_SECONDS = 1800`, [`refusal::KEY_BREAK_SECONDS`]).
+    pub key_break_s: u32,
+    /// `keys.pool_overload_keys`: distinct keys of one pool answering 1305 within
+    /// `overload_window_s` that mark the pool overloaded, a count of keys (seed 002
+    /// `POOL_OVERLOAD_KEYS = 3`, [`refusal::POOL_OVERLOAD_KEYS`]).
+    pub pool_overload_keys: u32,
+    /// `keys.overload_window_s`: the window, in seconds, in which those 1305 answers are counted
+    /// (seed 002 `OVERLOAD_WINDOW_SECONDS = 60`, [`refusal::OVERLOAD_WINDOW_SECONDS`]).
+    pub overload_window_s: u32,
+    /// `keys.max_attempts_per_turn`: the bound on attempts in one turn, a count of attempts (seed
+    /// 002 `MAX_ATTEMPTS_PER_TURN = 8`, [`refusal::MAX_ATTEMPTS_PER_TURN`]).
+    pub max_attempts_per_turn: u32,
+}
+
+impl Default for KeysConfig {
+    fn default() -> Self {
+        KeysConfig {
+            cooldown_base_s: refusal::COOL_BASE_SECONDS,
+            cooldown_cap_s: refusal::COOL_CAP_SECONDS,
+            key_break_s: refusal::KEY_BREAK_SECONDS,
+            pool_overload_keys: refusal::POOL_OVERLOAD_KEYS,
+            overload_window_s: refusal::OVERLOAD_WINDOW_SECONDS,
+            max_attempts_per_turn: refusal::MAX_ATTEMPTS_PER_TURN,
+        }
+    }
+}
+
+/// `retention` (SPEC 6), an extension (SPEC 7).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// `retention.days`: days, counted back from now, within which a finished job is kept by the
+    /// retention sweep (SPEC 6 `retention.days`, default 30).
+    pub days: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { days: 30 }
+    }
+}
+
+/// Why `lane.yaml` could not be used. Every variant's message begins with the file (and the line,
+/// when the YAML parser reported one): `lane.yaml:14: unknown key keys.cooldwn_s (expected ...)`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file asked for could not be read: it does not exist, is unreadable, or is not UTF-8.
+    #[error("{}: cannot read: {error}", path.display())]
+    Read {
+        /// The path as given.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// A key the file format does not define, at any level.
+    #[error("{}: unknown key {key} ({expected})", at(file, *line))]
+    UnknownKey {
+        /// The file's name as shown to the user.
+        file: String,
+        /// 1-based line of the key, when known.
+        line: Option<usize>,
+        /// 1-based column of the key, when known.
+        column: Option<usize>,
+        /// The dotted path of the unknown key, e.g. `keys.cooldwn_s`.
+        key: String,
+        /// The keys allowed there, e.g. ``expected one of `cooldown_base_s`, ...``.
+        expected: String,
+    },
+    /// A known key whose value does not fit: the wrong type, out of range, an outcome name that
+    /// is not one, or YAML that stops parsing inside it.
+    #[error("{}: {key}: {message}", at(file, *line))]
+    Invalid {
+        /// The file's name as shown to the user.
+        file: String,
+        /// 1-based line of the value, when known.
+        line: Option<usize>,
+        /// 1-based column of the value, when known.
+        column: Option<usize>,
+        /// The dotted path of the key, e.g. `lanes.free.max_attempts` or `lanes.free.pin_on[2]`.
+        key: String,
+        /// What was wrong, e.g. `invalid type: string "two", expected u32`.
+        message: String,
+    },
+    /// The document as a whole is unusable: not YAML, not a mapping, a top-level key repeated,
+    /// or more than one document.
+    #[error("{}: {message}", at(file, *line))]
+    Malformed {
+        /// The file's name as shown to the user.
+        file: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// `file:line`, or `file` when the line is unknown.
+fn at(file: &str, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("{file}:{line}"),
+        None => file.to_owned(),
+    }
+}
+
+impl LaneConfig {
+    /// Parses `lane.yaml` text. `source` names the file in error messages (e.g. `lane.yaml`).
+    /// Empty text, or text that is only comments, means all defaults.
+    pub fn from_yaml_str(text: &str, source: &str) -> Result<LaneConfig, ConfigError> {
+        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+        // An empty document deserializes as `None`: all defaults.
+        match serde_path_to_error::deserialize::<_, Option<LaneConfig>>(deserializer) {
+            Ok(config) => Ok(config.unwrap_or_default()),
+            Err(err) => Err(ConfigError::from_yaml(err, source)),
+        }
+    }
+
+    /// Reads `lane.yaml` from `path`; `None` means no file, so all defaults. A path that was given
+    /// but cannot be read (including one that does not exist) is an error naming it.
+    pub fn load(path: Option<&Path>) -> Result<LaneConfig, ConfigError> {
+        let Some(path) = path else {
+            return Ok(LaneConfig::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        LaneConfig::from_yaml_str(&text, &path.display().to_string())
+    }
+}
+
+impl ConfigError {
+    /// Sorts a YAML error into a variant, with the dotted key from `serde_path_to_error` and the
+    /// line and column from the YAML parser.
+    fn from_yaml(err: serde_path_to_error::Error<serde_yaml_ng::Error>, file: &str) -> ConfigError {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let location = inner.location();
+        let line = location.as_ref().map(|l| l.line());
+        let column = location.as_ref().map(|l| l.column());
+        let message = bare_message(&inner, &key);
+        let file = file.to_owned();
+        if key == "." {
+            return ConfigError::Malformed {
+                file,
+                line,
+                column,
+                message,
+            };
+        }
+        // serde's `Error::unknown_field` wording: "unknown field `k`, expected one of `a`, `b`"
+        // (or "expected `a`", "expected `a` or `b`").
+        if let Some((_, expected)) = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split_once("`, "))
+        {
+            return ConfigError::UnknownKey {
+                file,
+                line,
+                column,
+                key,
+                expected: expected.to_owned(),
+            };
+        }
+        ConfigError::Invalid {
+            file,
+            line,
+            column,
+            key,
+            message,
+        }
+    }
+}
+
+/// The YAML error's message without the decorations `serde_yaml_ng` adds to its `Display`: the
+/// position (` at line L column C`, which [`ConfigError`] shows as `file:L`) and its own path
+/// prefix (`keys: `), which is the dotted key or, for an unknown key, the mapping holding it.
+fn bare_message(err: &serde_yaml_ng::Error, key: &str) -> String {
+    let mut message = err.to_string();
+    if let Some(location) = err.location() {
+        let position = format!(" at line {} column {}", location.line(), location.column());
+        message = match message.strip_suffix(&position) {
+            Some(stripped) => stripped.to_owned(),
+            None => message.replacen(&position, "", 1),
+        };
+    }
+    let mut prefix = key;
+    while !prefix.is_empty() && prefix != "." {
+        if let Some(rest) = message.strip_prefix(prefix).and_then(|rest| rest.strip_prefix(": ")) {
+            return rest.to_owned();
+        }
+        prefix = match prefix.rfind(['.', '[']) {
+            Some(end) => &prefix[..end],
+            None => "",
+        };
+    }
+    message
+}
+
+/// Reads `pin_on`: a list of outcome names in the seed's spelling.
+fn outcome_names<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Outcome>, D::Error> {
+    let names: Vec<OutcomeName> = Vec::deserialize(deserializer)?;
+    Ok(names.into_iter().map(|name| name.0).collect())
+}
+
+/// One `pin_on` entry. Checked in `visit_str` so that the error carries the entry's own line.
+struct OutcomeName(Outcome);
+
+impl<'de> Deserialize<'de> for OutcomeName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl Visitor<'_> for NameVisitor {
+            type Value = OutcomeName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("one of ok, retryable, ambiguous, permanent")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OutcomeName, E> {
+                Outcome::parse(v)
+                    .map(OutcomeName)
+                    .ok_or_else(|| E::invalid_value(Unexpected::Str(v), &self))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 000's file under "Config You Can Copy", verbatim.
+    const SEED_000: &str = "\
+# lane.yaml
+lanes:
+  free:
+    max_attempts: 2
+    pin_on: [ambiguous, permanent]
+  paid:
+    max_attempts: 1
+reconcile:
+  late_completion_window_s: 900
+  dedup_key: Idempotency-Key
+alerts:
+  cross_lane_retries_per_job: 0.20
+  duplicate_artifacts_per_100_jobs: 1
+free_lane_enabled: true
+";
+
+    fn err(text: &str) -> String {
+        LaneConfig::from_yaml_str(text, "lane.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn seed_000_file_parses_unchanged() {
+        let c = LaneConfig::from_yaml_str(SEED_000, "lane.yaml").unwrap();
+        assert_eq!(c.lanes.free.max_attempts, 2);
+        assert_eq!(c.lanes.free.pin_on, vec![Outcome::Ambiguous, Outcome::Permanent]);
+        assert_eq!(c.lanes.paid.max_attempts, 1);
+        assert_eq!(c.reconcile.late_completion_window_s, 900);
+        assert_eq!(c.reconcile.dedup_key, "Idempotency-Key");
+        assert_eq!(c.alerts.cross_lane_retries_per_job, 0.20);
+        assert_eq!(c.alerts.duplicate_artifacts_per_100_jobs, 1.0);
+        assert!(c.free_lane_enabled);
+        assert_eq!(c.gate, GateConfig::default());
+        assert_eq!(c.keys, KeysConfig::default());
+        assert_eq!(c.retention, RetentionConfig::default());
+        assert_eq!(c, LaneConfig::default());
+    }
+
+    #[test]
+    fn unknown_top_level_key_names_key_and_line() {
+        let text = format!("{SEED_000}free_lane_enable: false\n");
+        assert_eq!(
+            err(&text),
+            "lane.yaml:15: unknown key free_lane_enable (expected one of `lanes`, `reconcile`, `alerts`, \
+             `free_lane_enabled`, `gate`, `keys`, `retention`)"
+        );
+    }
+
+    #[test]
+    fn unknown_nested_key_names_dotted_key_and_line() {
+        let expected = "(expected one of `cooldown_base_s`, `cooldown_cap_s`, `key_break_s`, \
+                        `pool_overload_keys`, `overload_window_s`, `max_attempts_per_turn`)";
+        let text = format!("{SEED_000}keys:\n  cooldown_base_s: 15\n  cooldwn_s: 3\n");
+        assert_eq!(
+            err(&text),
+            format!("lane.yaml:17: unknown key keys.cooldwn_s {expected}")
+        );
+        assert_eq!(
+            err("keys: {cooldwn_s: 3}"),
+            format!("lane.yaml:1: unknown key keys.cooldwn_s {expected}")
+        );
+        assert_eq!(
+            err("lanes:\n  free:\n    max_attempts: 2\n  paid:\n    retries: 1\n"),
+            "lane.yaml:5: unknown key lanes.paid.retries (expected `max_attempts`)"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_dotted_key_and_line() {
+        assert_eq!(
+            err("lanes:\n  free:\n    max_attempts: two\n"),
+            "lane.yaml:3: lanes.free.max_attempts: invalid type: string \"two\", expected u32"
+        );
+        assert_eq!(
+            err("# lane.yaml\nkeys:\n  cooldown_base_s: -1\n"),
+            "lane.yaml:3: keys.cooldown_base_s: invalid type: integer `-1`, expected u32"
+        );
+        assert_eq!(
+            err("gate:\n  free_admit_miss_rate: [1]\n"),
+            "lane.yaml:2: gate.free_admit_miss_rate: invalid type: sequence, expected f64"
+        );
+        assert_eq!(
+            err("free_lane_enabled: 3\n"),
+            "lane.yaml:1: free_lane_enabled: invalid type: integer `3`, expected a boolean"
+        );
+        assert!(matches!(
+            LaneConfig::from_yaml_str("retention: {days: x}", "lane.yaml"),
+            Err(ConfigError::Invalid { line: Some(1), column: Some(19), ref key, .. }) if key == "retention.days"
+        ));
+    }
+
+    #[test]
+    fn pin_on_rejects_unknown_outcome_naming_the_entry() {
+        assert_eq!(
+            err("lanes:\n  free:\n    pin_on:\n      - ambiguous\n      - sometimes\n"),
+            "lane.yaml:5: lanes.free.pin_on[1]: invalid value: string \"sometimes\", expected one of ok, \
+             retryable, ambiguous, permanent"
+        );
+        let c = LaneConfig::from_yaml_str("lanes: {free: {pin_on: [retryable]}}", "lane.yaml").unwrap();
+        assert_eq!(c.lanes.free.pin_on, vec![Outcome::Retryable]);
+        let c = LaneConfig::from_yaml_str("lanes: {free: {pin_on: []}}", "lane.yaml").unwrap();
+        assert!(c.lanes.free.pin_on.is_empty());
+    }
+
+    #[test]
+    fn malformed_documents() {
+        assert_eq!(
+            err("- 1\n"),
+            "lane.yaml:1: invalid type: sequence, expected struct LaneConfig"
+        );
+        let e = err("lanes:\n  free:\n    max_attempts: 'two\n");
+        assert!(
+            e.starts_with("lane.yaml:4: lanes.free.max_attempts: found unexpected end of stream"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn empty_or_comment_only_file_is_defaults() {
+        for text in ["", "\n", "# lane.yaml\n", "---\n"] {
+            assert_eq!(
+                LaneConfig::from_yaml_str(text, "lane.yaml").unwrap(),
+                LaneConfig::default(),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_file_is_defaults_and_defaults_are_the_seeds() {
+        let c = LaneConfig::load(None).unwrap();
+        assert_eq!(c, LaneConfig::default());
+        // seed 000
+        assert_eq!(c.lanes.free.max_attempts, lane::MAX_FREE_ATTEMPTS);
+        let pin_on: Vec<&str> = c.lanes.free.pin_on.iter().map(|o| o.as_str()).collect();
+        assert_eq!(pin_on, lane::PIN_ON);
+        assert_eq!(c.lanes.paid.max_attempts, 1);
+        assert_eq!(c.reconcile.late_completion_window_s, 900);
+        assert_eq!(c.reconcile.dedup_key, "Idempotency-Key");
+        assert_eq!(c.alerts.cross_lane_retries_per_job, 0.20);
+        assert_eq!(c.alerts.duplicate_artifacts_per_100_jobs, 1.0);
+        assert!(c.free_lane_enabled);
+        // seed 003
+        assert_eq!(c.gate.max_queue_age_s, gate::DEFAULT_MAX_QUEUE_AGE_S);
+        assert_eq!(c.gate.free_admit_miss_rate, 0.01);
+        assert_eq!(c.gate.reserved_service_s, 8.0);
+        // seed 002
+        assert_eq!(c.keys.cooldown_base_s, refusal::COOL_BASE_SECONDS);
+        assert_eq!(c.keys.cooldown_cap_s, refusal::COOL_CAP_SECONDS);
+        assert_eq!(c.keys.key_break_s, refusal::KEY_BREAK_SECONDS);
+        assert_eq!(c.keys.pool_overload_keys, refusal::POOL_OVERLOAD_KEYS);
+        assert_eq!(c.keys.overload_window_s, refusal::OVERLOAD_WINDOW_SECONDS);
+        assert_eq!(c.keys.max_attempts_per_turn, refusal::MAX_ATTEMPTS_PER_TURN);
+        // SPEC 6
+        assert_eq!(c.retention.days, 30);
+    }
+
+    #[test]
+    fn missing_file_is_an_error_naming_it() {
+        let path = Path::new("/nonexistent/laneledger/lane.yaml");
+        let e = LaneConfig::load(Some(path)).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Read { ref path, .. } if path == Path::new("/nonexistent/laneledger/lane.yaml"))
+        );
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/laneledger/lane.yaml: cannot read: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn load_names_the_path_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lane.yaml");
+        std::fs::write(&path, "keys:\n  cooldown_cap_s: lots\n").unwrap();
+        let e = LaneConfig::load(Some(&path)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:2: keys.cooldown_cap_s: invalid type: string \"lots\", expected u32",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn extension_overrides_are_read() {
+        let text = format!(
+            "{SEED_000}gate: {{free_admit_miss_rate: 0.02}}\nkeys:\n  cooldown_base_s: 10\n  \
+             max_attempts_per_turn: 5\nretention:\n  days: 7\n"
+        );
+        let c = LaneConfig::from_yaml_str(&text, "lane.yaml").unwrap();
+        assert_eq!(c.gate.free_admit_miss_rate, 0.02);
+        assert_eq!(c.gate.max_queue_age_s, 30.0);
+        assert_eq!(c.gate.reserved_service_s, 8.0);
+        assert_eq!(c.keys.cooldown_base_s, 10);
+        assert_eq!(c.keys.max_attempts_per_turn, 5);
+        assert_eq!(c.keys.cooldown_cap_s, 240);
+        assert_eq!(c.retention.days, 7);
+        assert_eq!(c.lanes, LanesConfig::default());
+    }
+
+    #[test]
+    fn sample_data_lane_yaml_is_the_seed_plus_the_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../sample-data/lane.yaml"));
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(
+            text.starts_with(SEED_000),
+            "sample-data/lane.yaml must begin with seed 000's file"
+        );
+        assert_eq!(LaneConfig::load(Some(path)).unwrap(), LaneConfig::default());
+    }
+}
