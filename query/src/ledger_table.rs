@@ -1,7 +1,8 @@
-//! A DataFusion table over the ledger: each scan reads a fresh redb snapshot, so an acknowledged
-//! record is in the next query's answer.
+//! A DataFusion table over the ledger. A scan reads a fresh redb snapshot whenever the ledger has
+//! committed a write since the last one ([`Ledger::generation`]), so an acknowledged record is in
+//! the next query's answer; otherwise it reuses the Arrow batches it already built.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
@@ -24,12 +25,19 @@ pub struct LedgerTable {
     schema: SchemaRef,
     ledger: Ledger,
     read: ReadFn,
+    /// The batches of the last scan, under the ledger generation they were read at.
+    cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
 }
 
 impl LedgerTable {
     /// A table with `schema` whose rows `read` takes from `ledger` at each scan.
     pub fn new(schema: SchemaRef, ledger: Ledger, read: ReadFn) -> Self {
-        LedgerTable { schema, ledger, read }
+        LedgerTable {
+            schema,
+            ledger,
+            read,
+            cache: Mutex::new(None),
+        }
     }
 }
 
@@ -59,15 +67,34 @@ impl TableProvider for LedgerTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let ledger = self.ledger.clone();
-        let read = self.read.clone();
-        // redb reads block: keep them off the async executor's threads.
-        let batches = tokio::task::spawn_blocking(move || read(&ledger))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        // Read the generation before the rows: a write that lands meanwhile bumps it, so the
+        // cache entry is never newer than its rows claim.
+        let generation = self.ledger.generation();
+        let cached = self
+            .cache
+            .lock()
+            .map_err(|_| DataFusionError::Internal("cache lock poisoned".into()))?
+            .clone();
+        let batches = match cached {
+            Some((g, b)) if g == generation => b,
+            _ => {
+                let ledger = self.ledger.clone();
+                let read = self.read.clone();
+                // redb reads block: keep them off the async executor's threads.
+                let b = Arc::new(
+                    tokio::task::spawn_blocking(move || read(&ledger))
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?,
+                );
+                if let Ok(mut c) = self.cache.lock() {
+                    *c = Some((generation, b.clone()));
+                }
+                b
+            }
+        };
         Ok(MemorySourceConfig::try_new_exec(
-            &[batches],
+            &[batches.as_ref().clone()],
             self.schema.clone(),
             projection.cloned(),
         )?)

@@ -141,6 +141,7 @@ impl Ledger {
             }
         }
         txn.commit()?;
+        self.bump_generation();
         Ok(results)
     }
 

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
@@ -147,6 +148,7 @@ pub fn decode_attempt(bytes: &[u8]) -> Result<StoredAttempt> {
 pub struct Ledger {
     db: Arc<Database>,
     path: PathBuf,
+    generation: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -193,12 +195,29 @@ impl Ledger {
             txn.open_table(DECISION_CONFLICT)?;
         }
         txn.commit()?;
-        Ok(Ledger { db: Arc::new(db), path })
+        Ok(Ledger {
+            db: Arc::new(db),
+            path,
+            generation: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     /// The ledger file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A number that changes after every committed write through this handle (or a clone of it).
+    ///
+    /// redb lets one process hold the file, so within that process equal generations mean equal
+    /// contents: readers may cache what they derived from the ledger under it.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks a committed write (call after `commit` returns).
+    pub(crate) fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The shared redb handle, for crates that add their own tables.
@@ -311,6 +330,7 @@ impl Ledger {
             }
         }
         txn.commit()?;
+        self.bump_generation();
         Ok(results)
     }
 
