@@ -94,7 +94,7 @@ fn a_bad_line_or_a_conflict_exits_3_naming_file_line_and_field_and_the_rest_land
     ]);
     assert_eq!(
         stdout(&o),
-        "line,field,reason\n2,lane,\"\"\"bus\"\" is not free or paid\"\n"
+        "line,field,reason\r\n2,lane,\"\"\"bus\"\" is not free or paid\"\r\n"
     );
 }
 
@@ -171,7 +171,7 @@ fn sql_refuses_writes_with_exit_2_and_review_prints_the_drill_table() {
         "csv",
         laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT,
     ]);
-    assert_eq!(stdout(&o), "tokens_per_artifact,cross_lane_per_job\n1109.8,0.082\n");
+    assert_eq!(stdout(&o), "tokens_per_artifact,cross_lane_per_job\r\n1109.8,0.082\r\n");
 
     let o = run(&["review", "--db", db]);
     assert_eq!(o.status.code(), Some(0));
@@ -285,4 +285,99 @@ fn drill_regenerates_the_sample_data_byte_for_byte() {
         let want = std::fs::read(sample(file)).unwrap();
         assert!(o.stdout == want, "{file} differs from `laneledger {}`", full.join(" "));
     }
+}
+
+#[test]
+fn a_missing_input_file_stops_ingest_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let good = sample("drill-pin-2026-W48.ndjson");
+    let missing = dir.path().join("missing.ndjson");
+    let o = run(&[
+        "ingest",
+        "--db",
+        db.to_str().unwrap(),
+        good.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("missing.ndjson"), "{}", stderr(&o));
+    assert!(!db.exists(), "nothing should be written");
+}
+
+#[test]
+fn a_bad_lane_yaml_names_key_and_line_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    assert_eq!(
+        run(&[
+            "ingest",
+            "--db",
+            db.to_str().unwrap(),
+            sample("drill-pin-2026-W48.ndjson").to_str().unwrap()
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    let yaml = dir.path().join("lane.yaml");
+    std::fs::write(
+        &yaml,
+        "alerts:\n  cross_lane_retries_per_job: 0.2\nkeys:\n  cooldwn_s: 3\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "review",
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        yaml.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("{}:4: unknown key keys.cooldwn_s", yaml.display())),
+        "{}",
+        stderr(&o)
+    );
+    // A stricter threshold from lane.yaml turns the pin week's cross-lane ratio (0.147) into an alert.
+    std::fs::write(&yaml, "alerts:\n  cross_lane_retries_per_job: 0.10\n").unwrap();
+    let o = run(&[
+        "review",
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        yaml.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout(&o).contains("cross_lane_retries_per_job            0.147  threshold > 0.1    ALERT"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    assert_eq!(
+        run(&[
+            "ingest",
+            "--db",
+            db.to_str().unwrap(),
+            sample("drill-pin-2026-W48.ndjson").to_str().unwrap()
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    let mut child = bin()
+        .args(["sql", "--db", db.to_str().unwrap(), "SELECT * FROM job_attempt"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"));
 }

@@ -16,6 +16,9 @@ pub enum Error {
     /// DataFusion failed while running the query.
     #[error("query failed: {0}")]
     Execution(#[source] datafusion::error::DataFusionError),
+    /// The answer is larger than [`crate::session::MAX_RESULT_BYTES`] (bytes).
+    #[error("the result is larger than {0} bytes; add a LIMIT or aggregate")]
+    ResultTooLarge(usize),
     /// Formatting a result as CSV or JSON failed.
     #[error("formatting the result: {0}")]
     Format(#[from] arrow::error::ArrowError),

@@ -129,14 +129,17 @@ pub const GATE_WEEKS_SQL: &str = "SELECT * FROM gate_weekly ORDER BY week_start"
 impl Session {
     /// Every ISO week with gate decisions (by `decided_at`), oldest first.
     pub async fn gate_weeks(&self) -> Result<Vec<GateWeek>> {
-        let result = self.query(GATE_WEEKS_SQL).await?;
-        let mut out = Vec::new();
-        for b in &result.batches {
-            for row in 0..b.num_rows() {
-                out.push(week_from_row(b, row));
+        self.memo("gate_weeks".into(), || async {
+            let result = self.query(GATE_WEEKS_SQL).await?;
+            let mut out = Vec::new();
+            for b in &result.batches {
+                for row in 0..b.num_rows() {
+                    out.push(week_from_row(b, row));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .await
     }
 
     /// The dwell gate's review of `week` (`2026-W48`), or of the latest week with decisions when

@@ -9,9 +9,12 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use laneledger_store::Ledger;
 
@@ -27,6 +30,8 @@ pub struct LedgerTable {
     read: ReadFn,
     /// The batches of the last scan, under the ledger generation they were read at.
     cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
+    /// Columns the rows are sorted by (ascending), as the read function guarantees.
+    order: Vec<&'static str>,
 }
 
 impl LedgerTable {
@@ -37,7 +42,15 @@ impl LedgerTable {
             ledger,
             read,
             cache: Mutex::new(None),
+            order: Vec::new(),
         }
+    }
+
+    /// Declares that `read` returns rows sorted ascending by `columns` (for `job_attempt`, the
+    /// redb key order job_id, attempt_no), so `GROUP BY job_id` can stream instead of hashing.
+    pub fn sorted_by(mut self, columns: &[&'static str]) -> Self {
+        self.order = columns.to_vec();
+        self
     }
 }
 
@@ -93,10 +106,16 @@ impl TableProvider for LedgerTable {
                 b
             }
         };
-        Ok(MemorySourceConfig::try_new_exec(
-            &[batches.as_ref().clone()],
-            self.schema.clone(),
-            projection.cloned(),
-        )?)
+        let mut source =
+            MemorySourceConfig::try_new(&[batches.as_ref().clone()], self.schema.clone(), projection.cloned())?;
+        let sort: Vec<PhysicalSortExpr> = self
+            .order
+            .iter()
+            .map(|c| Ok(PhysicalSortExpr::new_default(col(c, &self.schema)?)))
+            .collect::<datafusion::error::Result<_>>()?;
+        if let Some(ordering) = LexOrdering::new(sort) {
+            source = source.try_with_sort_information(vec![ordering])?;
+        }
+        Ok(DataSourceExec::from_data_source(source))
     }
 }

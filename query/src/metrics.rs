@@ -215,14 +215,17 @@ pub const WEEKS_SQL: &str = "SELECT * FROM weekly_metrics ORDER BY week_start";
 impl Session {
     /// Every ISO week with attempts, oldest first.
     pub async fn weeks(&self) -> Result<Vec<WeekMetrics>> {
-        let result = self.query(WEEKS_SQL).await?;
-        let mut out = Vec::new();
-        for b in &result.batches {
-            for row in 0..b.num_rows() {
-                out.push(week_from_row(b, row));
+        self.memo("weeks".into(), || async {
+            let result = self.query(WEEKS_SQL).await?;
+            let mut out = Vec::new();
+            for b in &result.batches {
+                for row in 0..b.num_rows() {
+                    out.push(week_from_row(b, row));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .await
     }
 
     /// The review of `week` (`2026-W47`), or of the latest week with data when `None`.

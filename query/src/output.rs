@@ -11,7 +11,7 @@ use crate::session::QueryResult;
 pub enum OutputFormat {
     /// An aligned text table.
     Table,
-    /// A header row, then RFC 4180 rows (CRLF-free, quoted where needed).
+    /// A header row, then RFC 4180 rows: CRLF line ends, fields quoted where needed.
     Csv,
     /// A JSON array of objects, one a row; NULLs are kept as `null`.
     Json,
@@ -32,7 +32,10 @@ pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<Strin
         OutputFormat::Csv => {
             let mut buf = Vec::new();
             {
-                let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut buf);
+                let mut w = arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .with_line_terminator(arrow::csv::writer::Terminator::CRLF)
+                    .build(&mut buf);
                 if nonempty.is_empty() {
                     w.write(&RecordBatch::new_empty(result.schema.clone()))?;
                 }

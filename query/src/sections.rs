@@ -254,6 +254,11 @@ impl Session {
     /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week.
     pub async fn audit_sections(&self, week: &str) -> Result<Vec<Section>> {
         parse_iso_week(week)?;
+        self.memo(format!("sections:{week}"), || self.compute_sections(week))
+            .await
+    }
+
+    async fn compute_sections(&self, week: &str) -> Result<Vec<Section>> {
         let mut out = Vec::with_capacity(SPECS.len());
         for spec in SPECS.iter().chain(GATE_SPECS) {
             if spec.id == "gate_free_admit_miss" {

@@ -1,11 +1,16 @@
 //! The DataFusion session over the ledger: tables, views, SQLite's `SUM`, and the one door for
 //! user SQL, which is read-only.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use futures::StreamExt;
 use laneledger_store::{LaneConfig, Ledger};
 
 use crate::error::{Error, Result};
@@ -38,6 +43,18 @@ pub const TABLES: [(&str, &str); 5] = [
     ),
 ];
 
+/// The memory DataFusion's operators may hold for queries (sorts, joins, aggregates): 2 GiB.
+/// A query that needs more fails with a "resources exhausted" error.
+pub const QUERY_MEMORY_BYTES: usize = 2 << 30;
+/// The largest answer a query may return, in Arrow bytes: 256 MiB. Past it the query stops with
+/// [`Error::ResultTooLarge`]; add a `LIMIT` or aggregate.
+pub const MAX_RESULT_BYTES: usize = 256 << 20;
+/// The longest SQL text taken: 64 KiB.
+pub const MAX_SQL_BYTES: usize = 64 << 10;
+/// The most SQL tokens taken: 4,000. Planning costs grow faster than the text: a 30,000-term
+/// `1+1+…` takes gigabytes, so a statement this large is refused before it is planned.
+pub const MAX_SQL_TOKENS: usize = 4_000;
+
 /// A query's answer: its schema and its rows as Arrow batches.
 #[derive(Debug, Clone)]
 pub struct QueryResult {
@@ -60,7 +77,18 @@ pub struct Session {
     ctx: SessionContext,
     ledger: Ledger,
     config: Arc<LaneConfig>,
+    memo: Arc<Mutex<Memo>>,
 }
+
+/// Results derived from the ledger (weeks, review sections), remembered until its next write.
+#[derive(Default)]
+struct Memo {
+    generation: u64,
+    entries: HashMap<String, Arc<dyn Any + Send + Sync>>,
+}
+
+/// Entries a memo keeps before it starts over.
+const MEMO_ENTRIES: usize = 256;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,7 +114,11 @@ impl Session {
     /// [`crate::views`] (seed 000's `job_rollup` from its own `CREATE VIEW` text).
     pub async fn with_config(ledger: Ledger, config: LaneConfig) -> Result<Self> {
         let df_config = SessionConfig::new().with_information_schema(true);
-        let ctx = SessionContext::new_with_config(df_config);
+        // Sorts, joins and aggregates fail cleanly past this, instead of the process being killed.
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(QUERY_MEMORY_BYTES, 1.0)
+            .build_arc()?;
+        let ctx = SessionContext::new_with_config_rt(df_config, runtime);
         ctx.register_udaf(sqlite_sum());
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
             ("job_attempt", job_attempt::schema(), Arc::new(job_attempt::scan)),
@@ -110,7 +142,11 @@ impl Session {
             ),
         ];
         for (name, schema, read) in tables {
-            ctx.register_table(name, Arc::new(LedgerTable::new(schema, ledger.clone(), read)))?;
+            let mut table = LedgerTable::new(schema, ledger.clone(), read);
+            if name == "job_attempt" {
+                table = table.sorted_by(&["job_id", "attempt_no"]);
+            }
+            ctx.register_table(name, Arc::new(table))?;
         }
         crate::audits::register(&ctx, &ledger, &crate::audits::AuditSettings::from(&config))?;
         for (_, sql) in VIEWS {
@@ -121,6 +157,7 @@ impl Session {
             ctx,
             ledger,
             config: Arc::new(config),
+            memo: Arc::default(),
         })
     }
 
@@ -139,6 +176,30 @@ impl Session {
         crate::metrics::Thresholds::from(self.config.as_ref())
     }
 
+    /// `compute`'s answer for `key`, remembered until the ledger's next write (its generation).
+    pub(crate) async fn memo<T, Fut>(&self, key: String, compute: impl FnOnce() -> Fut) -> Result<T>
+    where
+        T: Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>>,
+    {
+        let generation = self.ledger.generation();
+        if let Ok(m) = self.memo.lock()
+            && m.generation == generation
+            && let Some(v) = m.entries.get(&key).and_then(|v| v.downcast_ref::<T>())
+        {
+            return Ok(v.clone());
+        }
+        let value = compute().await?;
+        if let Ok(mut m) = self.memo.lock() {
+            if m.generation != generation || m.entries.len() >= MEMO_ENTRIES {
+                m.entries.clear();
+                m.generation = generation;
+            }
+            m.entries.insert(key, Arc::new(value.clone()));
+        }
+        Ok(value)
+    }
+
     /// The ledger this session reads.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
@@ -147,13 +208,41 @@ impl Session {
     /// Runs one user statement, read-only: DDL, DML, `COPY` and `SET` are refused with
     /// [`Error::ReadOnly`], and more than one statement is a [`Error::Plan`] error.
     pub async fn query(&self, sql: &str) -> Result<QueryResult> {
+        if sql.len() > MAX_SQL_BYTES {
+            return Err(Error::Plan(format!(
+                "SQL longer than {MAX_SQL_BYTES} bytes ({})",
+                sql.len()
+            )));
+        }
+        let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+        let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+            .tokenize()
+            .map_err(|e| Error::Plan(e.to_string()))?;
+        let words = tokens
+            .iter()
+            .filter(|t| !matches!(t, datafusion::sql::sqlparser::tokenizer::Token::Whitespace(_)))
+            .count();
+        if words > MAX_SQL_TOKENS {
+            return Err(Error::Plan(format!(
+                "SQL has {words} tokens, more than {MAX_SQL_TOKENS}; split the query"
+            )));
+        }
         let plan = self.ctx.state().create_logical_plan(sql).await?;
         read_only()
             .verify_plan(&plan)
             .map_err(|e| Error::ReadOnly(e.strip_backtrace()))?;
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
+        let mut stream = df.execute_stream().await?;
+        let (mut batches, mut bytes) = (Vec::new(), 0usize);
+        while let Some(b) = stream.next().await {
+            let b = b?;
+            bytes += b.get_array_memory_size();
+            if bytes > MAX_RESULT_BYTES {
+                return Err(Error::ResultTooLarge(MAX_RESULT_BYTES));
+            }
+            batches.push(b);
+        }
         Ok(QueryResult { schema, batches })
     }
 }

@@ -191,5 +191,37 @@ async fn a_ratio_without_denominator_is_null_and_an_unknown_week_is_an_error() {
         .await
         .unwrap();
     let formatted = laneledger_query::format_result(&r, laneledger_query::OutputFormat::Csv).unwrap();
-    assert_eq!(formatted, "tokens_per_artifact,cross_lane_per_job\n,\n");
+    assert_eq!(formatted, "tokens_per_artifact,cross_lane_per_job\r\n,\r\n");
+}
+
+/// An acknowledged record is in the next query's answer, though scans reuse cached batches.
+#[tokio::test]
+async fn a_record_acknowledged_is_visible_to_the_next_query() {
+    let (_d, ledger) = common::ledger_from(&["drill-pin-2026-W48.ndjson"]);
+    let s = Session::new(ledger.clone()).await.unwrap();
+    let count = |s: &Session| {
+        let s = s.clone();
+        async move {
+            let r = s.query("SELECT COUNT(*) AS n FROM job_attempt").await.unwrap();
+            laneledger_query::format_result(&r, laneledger_query::OutputFormat::Csv).unwrap()
+        }
+    };
+    assert_eq!(count(&s).await, "n\r\n422\r\n");
+    assert_eq!(count(&s).await, "n\r\n422\r\n");
+    let line = r#"{"job_id":"fresh","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-23T10:00:00Z"}"#;
+    laneledger_store::ingest_reader(
+        &ledger,
+        "t",
+        line.as_bytes(),
+        laneledger_store::InputFormat::Ndjson,
+        10,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(count(&s).await, "n\r\n423\r\n");
+    let r = s
+        .query("SELECT job_id, free_attempts FROM job_rollup WHERE job_id = 'fresh'")
+        .await
+        .unwrap();
+    assert_eq!(r.num_rows(), 1);
 }

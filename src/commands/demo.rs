@@ -51,5 +51,8 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     println!("demo ledger {}: {total}", db.display());
     let lane_yaml = data.join("lane.yaml");
     let config = super::load_config(lane_yaml.exists().then_some(lane_yaml.as_path()))?;
-    super::serve::serve_ledger(ledger, config, addr, Some("laneledger demo: open {url}".to_string()))
+    let served = super::serve::serve_ledger(ledger, config, addr, Some("laneledger demo: open {url}".to_string()));
+    // The demo ledger is scratch: remove it once the server has stopped.
+    let _ = std::fs::remove_dir_all(&dir);
+    served
 }

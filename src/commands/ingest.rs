@@ -17,6 +17,10 @@ const PROGRESS_BYTES: u64 = 8 << 20;
 const PRINT_PROBLEMS: usize = 50;
 
 pub fn run(db: &Path, kind: KindArg, format: Option<FormatArg>, files: &[String]) -> anyhow::Result<ExitCode> {
+    // Every input must open before anything is written, so a typo cannot leave half an ingest.
+    for name in files.iter().filter(|n| *n != "-") {
+        File::open(name).with_context(|| format!("opening {name}"))?;
+    }
     let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
     let mut total = Counters::default();
     for name in files {

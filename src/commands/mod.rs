@@ -91,5 +91,18 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<laneledger_store::Lane
 
 /// A multi-thread tokio runtime for the async commands.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(crate::STACK_BYTES)
+        .build()?)
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) ends the output quietly.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

@@ -18,14 +18,15 @@ pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&
     })?;
     match format {
         ReviewFormat::Text => {
-            print!("{}", review.to_text());
+            let mut text = review.to_text();
             for s in &sections {
-                print!("\n{}", section_text(s));
+                text += &format!("\n{}", section_text(s));
             }
+            super::print(&text)?;
         }
         ReviewFormat::Json => {
             let v = serde_json::json!({ "week": review.week, "previous": review.previous, "alerts": review.alerts, "sections": sections });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            super::print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -24,6 +24,6 @@ pub fn run(db: &Path, format: SqlFormat, sql: &str) -> anyhow::Result<ExitCode> 
         };
         format_result(&result, fmt)
     })?;
-    print!("{out}");
+    super::print(&out)?;
     Ok(ExitCode::SUCCESS)
 }

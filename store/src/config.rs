@@ -307,10 +307,77 @@ impl LaneConfig {
     pub fn from_yaml_str(text: &str, source: &str) -> Result<LaneConfig, ConfigError> {
         let deserializer = serde_yaml_ng::Deserializer::from_str(text);
         // An empty document deserializes as `None`: all defaults.
-        match serde_path_to_error::deserialize::<_, Option<LaneConfig>>(deserializer) {
-            Ok(config) => Ok(config.unwrap_or_default()),
-            Err(err) => Err(ConfigError::from_yaml(err, source)),
+        let config = match serde_path_to_error::deserialize::<_, Option<LaneConfig>>(deserializer) {
+            Ok(config) => config.unwrap_or_default(),
+            Err(err) => return Err(ConfigError::from_yaml(err, source)),
+        };
+        config.check_values(text, source)?;
+        Ok(config)
+    }
+
+    /// Values that parse but make no sense: NaN or negative seconds and thresholds, a rate above
+    /// 1, a cooldown cap below its base, a zero bound or window. The error names the key and the
+    /// line where it is written.
+    fn check_values(&self, text: &str, file: &str) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| {
+            let last = key.rsplit('.').next().unwrap_or(key);
+            let line = text
+                .lines()
+                .position(|l| l.contains(&format!("{last}:")))
+                .map(|i| i + 1);
+            Err(ConfigError::Invalid {
+                file: file.to_string(),
+                line,
+                column: None,
+                key: key.to_string(),
+                message,
+            })
+        };
+        let seconds_or_ratio: [(&str, f64); 5] = [
+            (
+                "alerts.cross_lane_retries_per_job",
+                self.alerts.cross_lane_retries_per_job,
+            ),
+            (
+                "alerts.duplicate_artifacts_per_100_jobs",
+                self.alerts.duplicate_artifacts_per_100_jobs,
+            ),
+            ("gate.max_queue_age_s", self.gate.max_queue_age_s),
+            ("gate.reserved_service_s", self.gate.reserved_service_s),
+            ("gate.free_admit_miss_rate", self.gate.free_admit_miss_rate),
+        ];
+        for (key, v) in seconds_or_ratio {
+            if !v.is_finite() || v < 0.0 {
+                return invalid(key, format!("{v} is not a finite number ≥ 0"));
+            }
         }
+        if self.gate.free_admit_miss_rate > 1.0 {
+            return invalid(
+                "gate.free_admit_miss_rate",
+                format!("{} is a ratio: at most 1", self.gate.free_admit_miss_rate),
+            );
+        }
+        if self.keys.cooldown_cap_s < self.keys.cooldown_base_s {
+            return invalid(
+                "keys.cooldown_cap_s",
+                format!(
+                    "{} is below keys.cooldown_base_s ({})",
+                    self.keys.cooldown_cap_s, self.keys.cooldown_base_s
+                ),
+            );
+        }
+        let at_least_one: [(&str, u32); 4] = [
+            ("keys.pool_overload_keys", self.keys.pool_overload_keys),
+            ("keys.overload_window_s", self.keys.overload_window_s),
+            ("keys.max_attempts_per_turn", self.keys.max_attempts_per_turn),
+            ("retention.days", self.retention.days),
+        ];
+        for (key, v) in at_least_one {
+            if v == 0 {
+                return invalid(key, "must be at least 1".to_string());
+            }
+        }
+        Ok(())
     }
 
     /// Reads `lane.yaml` from `path`; `None` means no file, so all defaults. A path that was given
@@ -639,5 +706,34 @@ free_lane_enabled: true
             "sample-data/lane.yaml must begin with seed 000's file"
         );
         assert_eq!(LaneConfig::load(Some(path)).unwrap(), LaneConfig::default());
+    }
+
+    #[test]
+    fn values_that_parse_but_make_no_sense_are_refused_naming_key_and_line() {
+        let cases = [
+            (
+                "alerts:\n  duplicate_artifacts_per_100_jobs: .nan\n",
+                "x.yaml:2: alerts.duplicate_artifacts_per_100_jobs: NaN is not a finite number ≥ 0",
+            ),
+            (
+                "gate:\n  max_queue_age_s: -30\n",
+                "x.yaml:2: gate.max_queue_age_s: -30 is not a finite number ≥ 0",
+            ),
+            (
+                "gate:\n  free_admit_miss_rate: 5\n",
+                "x.yaml:2: gate.free_admit_miss_rate: 5 is a ratio: at most 1",
+            ),
+            (
+                "keys:\n  cooldown_base_s: 300\n  cooldown_cap_s: 10\n",
+                "x.yaml:3: keys.cooldown_cap_s: 10 is below keys.cooldown_base_s (300)",
+            ),
+            (
+                "keys:\n  max_attempts_per_turn: 0\n",
+                "x.yaml:2: keys.max_attempts_per_turn: must be at least 1",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(LaneConfig::from_yaml_str(text, "x.yaml").unwrap_err().to_string(), want);
+        }
     }
 }

@@ -265,7 +265,6 @@ fn decode_decision<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> 
             "retry_count" => retry_count = Some(integer("retry_count", cell, 0, i64::MAX as u64)?),
             "slack_miss" => slack_miss = Some(boolean("slack_miss", cell)?),
             "reserved_service_s" => reserved_service_s = Some(number("reserved_service_s", cell, true)?),
-            "dwell_s" | "expected_decision" | "ingested_at" => {}
             other => {
                 attrs.insert(other.to_string(), cell.to_json());
             }
@@ -375,7 +374,8 @@ mod tests {
         assert_eq!(d.slack_miss, Some(true));
         assert_eq!(d.retry_count, Some(2));
         assert_eq!(d.max_queue_age_s, Some(45.5));
-        assert_eq!(d.attrs.as_deref(), Some(r#"{"router":"r1"}"#));
+        // A field named like a derived column is kept, as every other unknown field is.
+        assert_eq!(d.attrs.as_deref(), Some(r#"{"dwell_s":999,"router":"r1"}"#));
         assert_eq!(decision_from_json(&d.to_json().to_string()).unwrap(), d);
     }
 

@@ -21,6 +21,10 @@ use crate::time::{now_micros, parse_timestamp};
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// The longest `job_id` or `idem_key`: 256 bytes (SPEC 1.1).
 pub const MAX_ID_BYTES: usize = 256;
+/// The most tokens one attempt may report in `tokens_in` or in `tokens_out`: 10^12 (a trillion),
+/// far above any model's window, and low enough that SQL sums over billions of attempts cannot
+/// overflow a 64-bit integer.
+pub const MAX_TOKENS: u64 = 1_000_000_000_000;
 /// The largest `attempt_no`: 2^31−1 (SPEC 1.1).
 pub const MAX_ATTEMPT_NO: u64 = i32::MAX as u64;
 
@@ -102,6 +106,9 @@ pub(crate) fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
     }
     if s.len() > MAX_ID_BYTES {
         return Err((name, format!("longer than {MAX_ID_BYTES} bytes ({})", s.len())));
+    }
+    if s.chars().any(char::is_control) {
+        return Err((name, "contains a control character".into()));
     }
     Ok(s)
 }
@@ -225,8 +232,8 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
                         .ok_or(("outcome", format!("{s:?} is not ok, retryable, ambiguous or permanent")))?,
                 );
             }
-            "tokens_in" => a.tokens_in = Some(integer("tokens_in", cell, 0, i64::MAX as u64)?),
-            "tokens_out" => a.tokens_out = Some(integer("tokens_out", cell, 0, i64::MAX as u64)?),
+            "tokens_in" => a.tokens_in = Some(integer("tokens_in", cell, 0, MAX_TOKENS)?),
+            "tokens_out" => a.tokens_out = Some(integer("tokens_out", cell, 0, MAX_TOKENS)?),
             "artifact_id" => {
                 let s = string("artifact_id", cell)?;
                 a.artifact_id = (!s.is_empty()).then_some(s);
@@ -236,8 +243,6 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             "key_id" => a.key_id = Some(string("key_id", cell)?),
             "pool_id" => a.pool_id = Some(string("pool_id", cell)?),
             "model" => a.model = Some(string("model", cell)?),
-            // Derived columns of `job_attempt`: recomputed, never taken from input.
-            "error_kind" | "ingested_at" => {}
             other => {
                 attrs.insert(other.to_string(), cell.to_json());
             }
@@ -396,6 +401,8 @@ pub struct LineReader<R: BufRead, D: RecordDecoder> {
     line: u64,
     buf: Vec<u8>,
     header: Option<Vec<String>>,
+    /// Why every row is refused: the header names a column twice.
+    bad_header: Option<String>,
     bytes_read: u64,
     decoder: PhantomData<fn() -> D>,
 }
@@ -410,6 +417,7 @@ impl<R: BufRead, D: RecordDecoder> LineReader<R, D> {
             line: 0,
             buf: Vec::new(),
             header: None,
+            bad_header: None,
             bytes_read: 0,
             decoder: PhantomData,
         }
@@ -486,9 +494,24 @@ impl<R: BufRead, D: RecordDecoder> Iterator for LineReader<R, D> {
                     Err(reason) => return Some(Ok(self.reject(line, None, reason, text))),
                 };
                 let Some(header) = &self.header else {
-                    self.header = Some(row.into_iter().map(|h| h.trim().to_string()).collect());
+                    let header: Vec<String> = row.into_iter().map(|h| h.trim().to_string()).collect();
+                    if let Some(dup) = header
+                        .iter()
+                        .enumerate()
+                        .find_map(|(i, h)| header[..i].contains(h).then_some(h))
+                    {
+                        // Which of the two cells is the field? Neither can be trusted: refuse the input.
+                        let reason = format!("the header names column {dup:?} twice");
+                        self.header = Some(Vec::new());
+                        self.bad_header = Some(reason.clone());
+                        return Some(Ok(self.reject(line, None, reason, text)));
+                    }
+                    self.header = Some(header);
                     return self.next();
                 };
+                if let Some(reason) = &self.bad_header {
+                    return Some(Ok(self.reject(line, None, reason.clone(), text)));
+                }
                 let cells: Vec<&str> = row.iter().map(String::as_str).collect();
                 D::from_csv(header, &cells)
             }
@@ -632,6 +655,19 @@ mod tests {
     }
 
     #[test]
+    fn a_csv_header_naming_a_column_twice_refuses_every_row() {
+        let input = "job_id,idem_key,attempt_no,lane,started_at,job_id\nj1,k1,1,free,2026-11-16T09:00:00Z,j2\n";
+        let got = lines_and_jobs(&read(InputFormat::Csv, input.as_bytes()));
+        assert_eq!(
+            got,
+            [
+                (1, "reject: in:1: the header names column \"job_id\" twice".to_string()),
+                (2, "reject: in:2: the header names column \"job_id\" twice".to_string())
+            ]
+        );
+    }
+
+    #[test]
     fn csv_quoted_field_across_lines_keeps_the_row_and_later_line_numbers() {
         let input = "job_id,idem_key,attempt_no,lane,started_at,note\n\
                      j1,k1,1,free,2026-11-16T09:00:00Z,\"two\nlines\"\n\
@@ -699,7 +735,7 @@ mod tests {
             ),
             (
                 r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","tokens_in":-1}"#,
-                "tokens_in: -1 is outside 0..=9223372036854775807",
+                "tokens_in: -1 is outside 0..=1000000000000",
             ),
             (
                 r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","http_status":1000}"#,
@@ -722,6 +758,21 @@ mod tests {
             };
             assert_eq!(&got, want, "for {line}");
         }
+        let too_many = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","tokens_out":1000000000001}"#;
+        assert_eq!(
+            attempt_from_json(too_many).unwrap_err().1,
+            "1000000000001 is outside 0..=1000000000000"
+        );
+        let esc = r#"{"job_id":"j\u001b[31m","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}"#;
+        assert_eq!(
+            attempt_from_json(esc).unwrap_err(),
+            (Some("job_id".to_string()), "contains a control character".to_string())
+        );
+        let derived = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","error_kind":"x"}"#;
+        assert_eq!(
+            attempt_from_json(derived).unwrap().attrs.as_deref(),
+            Some(r#"{"error_kind":"x"}"#)
+        );
         let long = "x".repeat(257);
         let line = format!(
             r#"{{"job_id":"{long}","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}}"#

@@ -60,6 +60,9 @@ impl AppState {
     }
 }
 
+/// Pages rendered at once; more requests wait their turn (within the request timeout).
+pub const PAGE_CONCURRENCY: usize = 4;
+
 /// The site's router: `/`, `/weeks`, `/weeks/{week}`, `/jobs/{job_id}`, `/duplicates`, and a
 /// 404 page for any other path, with a request timeout and a body size limit.
 pub fn app(state: AppState) -> Router {
@@ -71,6 +74,9 @@ pub fn app(state: AppState) -> Router {
         .route("/duplicates", get(duplicates::list))
         .fallback(error::not_found)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        // Pages run SQL on a 2-core box: let a few run at once and queue the rest behind them,
+        // inside the timeout, rather than all of them slowing to a crawl together.
+        .layer(tower::limit::ConcurrencyLimitLayer::new(PAGE_CONCURRENCY))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             REQUEST_TIMEOUT,
