@@ -473,7 +473,7 @@ impl<R: BufRead, D: RecordDecoder> Iterator for LineReader<R, D> {
             Err(e) => return Some(Err(e)),
         };
         let line = self.line;
-        let text = match text {
+        let mut text = match text {
             _ if len > MAX_LINE_BYTES => {
                 let raw = String::from_utf8_lossy(&self.buf[..self.buf.len().min(256)]).into_owned();
                 return Some(Ok(self.reject(
@@ -490,8 +490,11 @@ impl<R: BufRead, D: RecordDecoder> Iterator for LineReader<R, D> {
             InputFormat::Ndjson => D::from_json(&text),
             InputFormat::Csv => {
                 let row = match split_csv_row(&text, &mut self.reader, &mut self.line, &mut self.bytes_read) {
-                    Ok(r) => r,
-                    Err(reason) => return Some(Ok(self.reject(line, None, reason, text))),
+                    Ok((row, whole)) => {
+                        text = whole;
+                        row
+                    }
+                    Err((reason, whole)) => return Some(Ok(self.reject(line, None, reason, whole))),
                 };
                 let Some(header) = &self.header else {
                     let header: Vec<String> = row.into_iter().map(|h| h.trim().to_string()).collect();
@@ -566,28 +569,42 @@ impl<R: BufRead> Iterator for AttemptReader<R> {
 
 /// Splits one CSV row (RFC 4180: quoted fields, `""` escapes). A quoted field that spans lines
 /// pulls the following lines from `reader`; `line` and `bytes_read` advance with them.
+///
+/// Returns the fields and the row's whole text, or the reason and the whole text consumed: a row
+/// past [`MAX_LINE_BYTES`] is read to its real end (its text kept up to the limit) so the rows
+/// after it are read as rows, and an unterminated quote keeps everything it swallowed.
 fn split_csv_row<R: BufRead>(
     first: &str,
     reader: &mut R,
     line: &mut u64,
     bytes_read: &mut u64,
-) -> Result<Vec<String>, String> {
+) -> Result<(Vec<String>, String), (String, String)> {
     let mut text = first.to_string();
-    while text.matches('"').count() % 2 == 1 {
+    let mut open = first.matches('"').count() % 2 == 1;
+    let mut too_long = false;
+    while open {
         // An open quote: the field goes on on the next line.
         let mut buf = Vec::new();
         match read_line_bounded(reader, &mut buf, MAX_LINE_BYTES) {
-            Ok(Some(len)) if text.len() + len <= MAX_LINE_BYTES => {
+            Ok(Some(len)) => {
                 *line += 1;
                 *bytes_read += len as u64 + 1;
-                let next = String::from_utf8(buf).map_err(|_| "not valid UTF-8".to_string())?;
-                text.push('\n');
-                text.push_str(next.strip_suffix('\r').unwrap_or(&next));
+                let next = String::from_utf8_lossy(&buf);
+                let next = next.strip_suffix('\r').unwrap_or(&next);
+                open ^= next.matches('"').count() % 2 == 1;
+                if text.len() + 1 + next.len() <= MAX_LINE_BYTES {
+                    text.push('\n');
+                    text.push_str(next);
+                } else {
+                    too_long = true;
+                }
             }
-            Ok(Some(_)) => return Err(format!("row longer than {MAX_LINE_BYTES} bytes")),
-            Ok(None) => return Err("unterminated quoted field".into()),
-            Err(e) => return Err(format!("reading the row: {e}")),
+            Ok(None) => return Err(("unterminated quoted field".into(), text)),
+            Err(e) => return Err((format!("reading the row: {e}"), text)),
         }
+    }
+    if too_long {
+        return Err((format!("row longer than {MAX_LINE_BYTES} bytes"), text));
     }
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -595,9 +612,11 @@ fn split_csv_row<R: BufRead>(
         .from_reader(text.as_bytes());
     let mut rec = csv::StringRecord::new();
     match rdr.read_record(&mut rec) {
-        Ok(_) if (rdr.position().byte() as usize) < text.len() => Err("bad CSV row: text after a quoted field".into()),
-        Ok(_) => Ok(rec.iter().map(str::to_string).collect()),
-        Err(e) => Err(format!("bad CSV row: {e}")),
+        Ok(_) if (rdr.position().byte() as usize) < text.len() => {
+            Err(("bad CSV row: text after a quoted field".into(), text))
+        }
+        Ok(_) => Ok((rec.iter().map(str::to_string).collect(), text)),
+        Err(e) => Err((format!("bad CSV row: {e}"), text)),
     }
 }
 
@@ -652,6 +671,33 @@ mod tests {
         };
         assert_eq!(attempt.tokens_in, Some(800));
         assert_eq!(attempt.attrs, None);
+    }
+
+    #[test]
+    fn an_oversized_csv_row_is_read_to_its_end_and_the_next_row_lands() {
+        let big = "x\n".repeat(MAX_LINE_BYTES / 2 + 10);
+        let input = format!(
+            "job_id,idem_key,attempt_no,lane,started_at,note\nj1,k1,1,free,2026-11-16T09:00:00Z,\"{big}\"\nj2,k2,1,free,2026-11-16T09:00:00Z,ok\n"
+        );
+        let parsed = read(InputFormat::Csv, input.as_bytes());
+        let got = lines_and_jobs(&parsed);
+        assert_eq!(got.len(), 2, "{:?}", &got[..got.len().min(3)]);
+        assert_eq!(got[0], (2, "reject: in:2: row longer than 1048576 bytes".to_string()));
+        assert_eq!(got[1], (2 + MAX_LINE_BYTES as u64 / 2 + 10 + 1, "j2".to_string()));
+    }
+
+    #[test]
+    fn an_unterminated_quote_keeps_every_line_it_swallowed() {
+        let input = "job_id,idem_key,attempt_no,lane,started_at,note\nj1,k1,1,free,2026-11-16T09:00:00Z,\"open\nj2,k2,1,free,2026-11-16T09:00:00Z,x\n";
+        let parsed = read(InputFormat::Csv, input.as_bytes());
+        let Parsed::Reject(r) = &parsed[0] else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(r.reason, "unterminated quoted field");
+        assert_eq!(
+            r.raw,
+            "j1,k1,1,free,2026-11-16T09:00:00Z,\"open\nj2,k2,1,free,2026-11-16T09:00:00Z,x"
+        );
     }
 
     #[test]
