@@ -81,6 +81,10 @@ pub enum Command {
         /// What the files hold.
         #[arg(long, value_enum, default_value = "attempts")]
         kind: KindArg,
+        /// lane.yaml, checked before anything is written (its settings apply when the ledger is
+        /// read: review, serve).
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The input format; by default `.csv` files are CSV and everything else NDJSON.
         #[arg(long, value_enum)]
         format: Option<FormatArg>,

@@ -381,3 +381,33 @@ fn a_closed_pipe_ends_output_quietly() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"));
 }
+
+#[test]
+fn ingest_checks_its_config_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let yaml = dir.path().join("lane.yaml");
+    std::fs::write(&yaml, "lanes:\n  free:\n    max_attempts: two\n").unwrap();
+    let file = sample("drill-pin-2026-W48.ndjson");
+    let o = run(&[
+        "ingest",
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        yaml.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("lanes.free.max_attempts"), "{}", stderr(&o));
+    assert!(!db.exists());
+    let seed = sample("lane.yaml");
+    let o = run(&[
+        "ingest",
+        "--db",
+        db.to_str().unwrap(),
+        "--config",
+        seed.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -21,9 +21,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest {
             db,
             kind,
+            config,
             format,
             files,
-        } => ingest::run(&db.db, kind, format, &files),
+        } => {
+            load_config(config.as_deref())?;
+            ingest::run(&db.db, kind, format, &files)
+        }
         Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
         Command::Review {
             db,
