@@ -5,8 +5,8 @@
 use datafusion::arrow::array::RecordBatch;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::metrics::{AlertCheck, AlertState, f64_col, format_count, format_ratio, i64_col, parse_iso_week, week_cols};
+use crate::error::Result;
+use crate::metrics::{AlertCheck, AlertState, f64_col, format_count, format_ratio, i64_col, pick_week, week_cols};
 use crate::session::Session;
 
 /// The action seed 003 asks for when free admits miss their slack too often: disable the feature
@@ -129,40 +129,21 @@ pub const GATE_WEEKS_SQL: &str = "SELECT * FROM gate_weekly ORDER BY week_start"
 impl Session {
     /// Every ISO week with gate decisions (by `decided_at`), oldest first.
     pub async fn gate_weeks(&self) -> Result<Vec<GateWeek>> {
-        self.memo("gate_weeks".into(), || async {
-            let result = self.query(GATE_WEEKS_SQL).await?;
-            let mut out = Vec::new();
-            for b in &result.batches {
-                for row in 0..b.num_rows() {
-                    out.push(week_from_row(b, row));
-                }
-            }
-            Ok(out)
-        })
-        .await
+        self.weekly_rows("gate_weeks", GATE_WEEKS_SQL, week_from_row).await
     }
 
     /// The dwell gate's review of `week` (`2026-W48`), or of the latest week with decisions when
     /// `None`, with seed 003's freeze alert at `thresholds` (default 1%).
     ///
-    /// Errors: [`Error::BadWeek`] for a label that is not an ISO week, [`Error::UnknownWeek`] when
+    /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week, [`crate::Error::UnknownWeek`] when
     /// the ledger holds no decision in it (or no decision at all).
     pub async fn gate_review(&self, week: Option<&str>, thresholds: &GateThresholds) -> Result<GateReview> {
-        if let Some(w) = week {
-            parse_iso_week(w)?;
-        }
-        let weeks = self.gate_weeks().await?;
-        let idx = match week {
-            Some(w) => weeks.iter().position(|m| m.iso_week == w),
-            None => weeks.len().checked_sub(1),
-        }
-        .ok_or_else(|| Error::UnknownWeek(week.unwrap_or("(latest)").to_string()))?;
-        let w = weeks[idx].clone();
+        let (w, previous) = pick_week(&self.gate_weeks().await?, week, |g: &GateWeek| &g.iso_week)?;
         let alert = gate_alert(&w, thresholds);
         Ok(GateReview {
             action: (alert.state == AlertState::Alert).then_some(FREEZE_ACTION),
             alert,
-            previous: idx.checked_sub(1).map(|i| weeks[i].clone()),
+            previous,
             week: w,
         })
     }

@@ -212,20 +212,46 @@ fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
 /// The SQL behind the weeks list (also shown on the site).
 pub const WEEKS_SQL: &str = "SELECT * FROM weekly_metrics ORDER BY week_start";
 
+/// From `weeks` (oldest first): the one labelled `week`, or the latest when `None`, and the one
+/// before it. Errors: [`Error::BadWeek`], or [`Error::UnknownWeek`] when it is not there.
+pub(crate) fn pick_week<T: Clone>(
+    weeks: &[T],
+    week: Option<&str>,
+    label: impl Fn(&T) -> &str,
+) -> Result<(T, Option<T>)> {
+    if let Some(w) = week {
+        parse_iso_week(w)?;
+    }
+    let idx = match week {
+        Some(w) => weeks.iter().position(|m| label(m) == w),
+        None => weeks.len().checked_sub(1),
+    }
+    .ok_or_else(|| Error::UnknownWeek(week.unwrap_or("(latest)").to_string()))?;
+    Ok((weeks[idx].clone(), idx.checked_sub(1).map(|i| weeks[i].clone())))
+}
+
 impl Session {
-    /// Every ISO week with attempts, oldest first.
-    pub async fn weeks(&self) -> Result<Vec<WeekMetrics>> {
-        self.memo("weeks".into(), || async {
-            let result = self.query(WEEKS_SQL).await?;
-            let mut out = Vec::new();
-            for b in &result.batches {
-                for row in 0..b.num_rows() {
-                    out.push(week_from_row(b, row));
-                }
-            }
-            Ok(out)
+    /// The rows of a weekly view (`sql`), one `T` a row, remembered under `key` until the next write.
+    pub(crate) async fn weekly_rows<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: &str,
+        sql: &str,
+        from_row: fn(&RecordBatch, usize) -> T,
+    ) -> Result<Vec<T>> {
+        self.memo(key.to_string(), || async {
+            let result = self.query(sql).await?;
+            Ok(result
+                .batches
+                .iter()
+                .flat_map(|b| (0..b.num_rows()).map(move |row| from_row(b, row)))
+                .collect())
         })
         .await
+    }
+
+    /// Every ISO week with attempts, oldest first.
+    pub async fn weeks(&self) -> Result<Vec<WeekMetrics>> {
+        self.weekly_rows("weeks", WEEKS_SQL, week_from_row).await
     }
 
     /// The review of `week` (`2026-W47`), or of the latest week with data when `None`.
@@ -233,16 +259,7 @@ impl Session {
     /// Errors: [`Error::BadWeek`] for a label that is not an ISO week, [`Error::UnknownWeek`] when
     /// the ledger holds no job whose first attempt falls in it (or holds no attempt at all).
     pub async fn review(&self, week: Option<&str>, thresholds: &Thresholds) -> Result<WeekReview> {
-        if let Some(w) = week {
-            parse_iso_week(w)?;
-        }
-        let weeks = self.weeks().await?;
-        let idx = match week {
-            Some(w) => weeks.iter().position(|m| m.iso_week == w),
-            None => weeks.len().checked_sub(1),
-        }
-        .ok_or_else(|| Error::UnknownWeek(week.unwrap_or("(latest)").to_string()))?;
-        let m = weeks[idx].clone();
+        let (m, previous) = pick_week(&self.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
         let mut alerts = alerts(&m, thresholds);
         // Seed 003's freeze alert, when gate decisions were logged that week.
         if let Some(g) = self.gate_weeks().await?.iter().find(|g| g.iso_week == m.iso_week) {
@@ -250,7 +267,7 @@ impl Session {
         }
         Ok(WeekReview {
             alerts,
-            previous: idx.checked_sub(1).map(|i| weeks[i].clone()),
+            previous,
             week: m,
         })
     }
