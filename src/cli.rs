@@ -73,8 +73,9 @@ pub enum PolicyArg {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Ingest attempt records from NDJSON or CSV files (`-` for stdin). Exit 0 when every record
-    /// was taken or was a duplicate, 3 when some were rejected or in conflict, 1 on an I/O error.
+    /// Ingest attempt records (or, with --kind decisions, gate decisions) from NDJSON or CSV files
+    /// (`-` for stdin). Exit 0 when every record was taken or was a duplicate, 3 when some were
+    /// rejected or in conflict, 1 on an I/O error.
     Ingest {
         #[command(flatten)]
         db: DbArg,

@@ -9,6 +9,9 @@ use crate::error::Result;
 use crate::metrics::parse_iso_week;
 use crate::session::Session;
 
+/// Rows a section shows; its SQL returns them all.
+pub const MAX_SECTION_ROWS: usize = 100;
+
 /// Which seed a section audits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,8 +39,10 @@ pub struct Section {
     pub sql: String,
     /// Column names.
     pub columns: Vec<String>,
-    /// Cells formatted for people; `None` is SQL NULL.
+    /// Cells formatted for people; `None` is SQL NULL. At most [`MAX_SECTION_ROWS`] rows.
     pub rows: Vec<Vec<Option<String>>>,
+    /// How many rows the SQL returns in all (more than `rows.len()` when cut).
+    pub total_rows: usize,
 }
 
 impl Section {
@@ -47,7 +52,7 @@ impl Section {
     }
 }
 
-fn cells(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>> {
+fn cells(batches: &[RecordBatch], max_rows: usize) -> Result<Vec<Vec<Option<String>>>> {
     let opts = FormatOptions::default();
     let mut out = Vec::new();
     for b in batches {
@@ -57,6 +62,9 @@ fn cells(batches: &[RecordBatch]) -> Result<Vec<Vec<Option<String>>>> {
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         for r in 0..b.num_rows() {
+            if out.len() == max_rows {
+                return Ok(out);
+            }
             out.push(
                 b.columns()
                     .iter()
@@ -104,7 +112,7 @@ const SPECS: &[Spec] = &[
         id: "refusal_by_code",
         group: Group::Keys,
         title: "Refusals by provider code",
-        description: "The same refusals by HTTP status and provider code (z.ai 1302 rate limit, 1305 overload, 1113 and 1308–1321 but 1312 a spent quota).",
+        description: "The same refusals by HTTP status and provider code. z.ai codes: 1302 is a rate limit and 1305 an overload (both transient); 1113 and 1308–1321, except 1312, mean a spent quota.",
         sql: "SELECT http_status, provider_code, error_kind, attempts FROM refusal_by_code WHERE iso_week = '{week}' ORDER BY attempts DESC, http_status, provider_code",
     },
     Spec {
@@ -245,6 +253,7 @@ impl Session {
             columns: ["figure", "count", "of", "ratio", "threshold", "state"]
                 .map(String::from)
                 .to_vec(),
+            total_rows: rows.len(),
             rows,
         })
     }
@@ -275,7 +284,8 @@ impl Session {
                 title: spec.title,
                 description: spec.description,
                 columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
-                rows: cells(&result.batches)?,
+                total_rows: result.num_rows(),
+                rows: cells(&result.batches, MAX_SECTION_ROWS)?,
                 sql,
             });
         }
@@ -360,6 +370,7 @@ impl Session {
             description: "Seed 000's table, evaluated on the week: each condition, what the ledger measured (view free_lane_bet; deadline slack from gate_decision), whether it holds, and the route the seed gives when it does. The ambiguous row holds only without an idempotency key, which every ledger row has.",
             sql: format!("{sql};\n{slack_sql}"),
             columns: ["condition", "measured", "holds", "route"].map(String::from).to_vec(),
+            total_rows: rows.len(),
             rows,
         })
     }
@@ -390,6 +401,14 @@ pub fn section_text(s: &Section) -> String {
     out += &line(s.columns.clone());
     for r in &s.rows {
         out += &line(r.iter().map(show).collect());
+    }
+    if s.total_rows > s.rows.len() {
+        out += &format!(
+            "  … {} rows in all; the first {} shown. All of them: laneledger sql \"{}\"\n",
+            s.total_rows,
+            s.rows.len(),
+            s.sql
+        );
     }
     out
 }

@@ -284,3 +284,55 @@ async fn the_pin_drill_obeys_next_lane_and_the_nopin_drill_does_not() {
     )
     .await;
 }
+
+/// Regression: a use that started before the refusal arrived is not "inside its rest".
+#[tokio::test]
+async fn a_rest_starts_when_the_refusal_arrives() {
+    let (_d, s) = session(&[
+        // key-c answers 1305 at 10 s to a call that started at 0 s: it rests until 25 s.
+        at(
+            "slow",
+            1,
+            "free",
+            0,
+            10,
+            "retryable",
+            r#","http_status":429,"provider_code":1305,"key_id":"key-c""#,
+        ),
+        // started at 5 s, while the slow call was still out: not a lapse
+        at(
+            "overlap",
+            1,
+            "free",
+            5,
+            2,
+            "ok",
+            r#","http_status":200,"key_id":"key-c""#,
+        ),
+        // started at 12 s, inside the rest: a lapse, 13 s early
+        at("late", 1, "free", 12, 2, "ok", r#","http_status":200,"key_id":"key-c""#),
+        // started at 26 s, after the rest
+        at(
+            "after",
+            1,
+            "free",
+            26,
+            2,
+            "ok",
+            r#","http_status":200,"key_id":"key-c""#,
+        ),
+    ])
+    .await;
+    check(
+        &s,
+        "SELECT job_id, refused_job_id, rest_s, early_s FROM key_rest_violation",
+        &[
+            "+--------+----------------+--------+---------+",
+            "| job_id | refused_job_id | rest_s | early_s |",
+            "+--------+----------------+--------+---------+",
+            "| late   | slow           | 15     | 13.0    |",
+            "+--------+----------------+--------+---------+",
+        ],
+    )
+    .await;
+}

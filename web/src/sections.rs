@@ -19,6 +19,8 @@ pub(crate) struct SectionView {
     pub(crate) sql: String,
     pub(crate) columns: Vec<String>,
     pub(crate) rows: Vec<Vec<CellView>>,
+    /// Rows the SQL returns in all (more than `rows` when the page shows the first ones).
+    pub(crate) total_rows: usize,
 }
 
 /// Columns whose values are job ids.
@@ -58,6 +60,7 @@ pub(crate) fn views(sections: Vec<Section>) -> Vec<SectionView> {
                 title: s.title,
                 description: s.description,
                 sql: s.sql,
+                total_rows: s.total_rows,
                 rows: s
                     .rows
                     .into_iter()

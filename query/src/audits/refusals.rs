@@ -135,6 +135,10 @@ struct Rest<'a> {
 
 /// A key used again while it rests after a transient refusal (seed 002 `cooldown_seconds`) or
 /// during its long break after a quota or auth refusal (`key_closes`), across all jobs.
+///
+/// A rest runs from the moment the refusal arrived (its `ended_at`) for `rest_s` seconds; an
+/// attempt that started on the key inside that span is flagged. Strikes are the key's transient
+/// refusals in a row before this one, in the order they arrived; an answer resets them.
 pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
     let mut by_key: BTreeMap<&str, Vec<&Attempt>> = BTreeMap::new();
     for a in snap.attempts.iter().map(|x| &x.attempt) {
@@ -142,14 +146,54 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBa
             by_key.entry(k).or_default().push(a);
         }
     }
+    let end = |a: &Attempt| a.ended_at.unwrap_or(a.started_at);
     let mut rows: Vec<(&Attempt, Rest)> = Vec::new();
     for uses in by_key.values_mut() {
-        uses.sort_by(|a, b| (a.started_at, &a.job_id, a.attempt_no).cmp(&(b.started_at, &b.job_id, b.attempt_no)));
-        let mut rest: Option<Rest> = None;
+        // The rests, in the order the answers arrived.
+        uses.sort_by_key(|a| (end(a), a.started_at, a.job_id.as_str(), a.attempt_no));
+        let mut rests: Vec<(i64, Rest)> = Vec::new();
         let mut strikes = 0u32;
         for a in uses.iter() {
-            if let Some(r) = &rest
+            match kind(a) {
+                Some(k @ (ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)) => {
+                    let rest_s = rest_seconds(k, strikes, s);
+                    let from = end(a);
+                    rests.push((
+                        from,
+                        Rest {
+                            until: from + i64::from(rest_s) * 1_000_000,
+                            refused: a,
+                            kind: k,
+                            strikes,
+                            rest_s,
+                        },
+                    ));
+                    strikes = if k == ErrorKind::Transient {
+                        strikes.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+                Some(ErrorKind::Ok) => strikes = 0,
+                _ => {}
+            }
+        }
+        // Each use against the rest in force when it started: the one, among those already
+        // begun, that ends last.
+        uses.sort_by_key(|a| (a.started_at, a.job_id.as_str(), a.attempt_no));
+        let mut next = 0;
+        let mut in_force: Option<&Rest> = None;
+        for a in uses.iter() {
+            while next < rests.len() && rests[next].0 <= a.started_at {
+                let r = &rests[next].1;
+                if in_force.is_none_or(|f| r.until > f.until) {
+                    in_force = Some(r);
+                }
+                next += 1;
+            }
+            if let Some(r) = in_force
                 && a.started_at < r.until
+                && !std::ptr::eq(r.refused, *a)
             {
                 rows.push((
                     a,
@@ -158,33 +202,6 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBa
                         ..*r
                     },
                 ));
-            }
-            let end = a.ended_at.unwrap_or(a.started_at);
-            match kind(a) {
-                Some(k @ ErrorKind::Transient) => {
-                    let rest_s = rest_seconds(k, strikes, s);
-                    rest = Some(Rest {
-                        until: end + i64::from(rest_s) * 1_000_000,
-                        refused: a,
-                        kind: k,
-                        strikes,
-                        rest_s,
-                    });
-                    strikes = strikes.saturating_add(1);
-                }
-                Some(k @ (ErrorKind::Quota | ErrorKind::Auth)) => {
-                    let rest_s = rest_seconds(k, strikes, s);
-                    rest = Some(Rest {
-                        until: end + i64::from(rest_s) * 1_000_000,
-                        refused: a,
-                        kind: k,
-                        strikes,
-                        rest_s,
-                    });
-                    strikes = 0;
-                }
-                Some(ErrorKind::Ok) => strikes = 0,
-                _ => {}
             }
         }
     }
