@@ -20,7 +20,7 @@ mod rows;
 pub mod views;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -131,6 +131,9 @@ impl Snapshot {
     }
 }
 
+/// The last snapshot read, under the ledger write generation it was read at.
+type SharedSnapshot = Mutex<Option<(u64, Arc<Snapshot>)>>;
+
 type AuditFn = fn(&Snapshot, &AuditSettings) -> Result<RecordBatch>;
 
 /// The audit tables: (name, schema, builder).
@@ -175,11 +178,36 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
 }
 
 /// Registers every audit table in `ctx`, each reading `ledger` afresh at every scan.
+///
+/// The tables share one snapshot per ledger write generation, so the ledger is decoded once for
+/// all of them, not once per table.
 pub fn register(ctx: &SessionContext, ledger: &Ledger, settings: &AuditSettings) -> Result<()> {
+    let shared: Arc<SharedSnapshot> = Arc::default();
     for (name, schema, build) in audit_tables() {
-        let settings = settings.clone();
-        let read: ReadFn = Arc::new(move |l: &Ledger| Ok(vec![build(&Snapshot::read(l)?, &settings)?]));
+        let (settings, shared) = (settings.clone(), shared.clone());
+        let read: ReadFn = Arc::new(move |l: &Ledger| {
+            let snap = snapshot(l, &shared)?;
+            Ok(vec![build(&snap, &settings)?])
+        });
         ctx.register_table(name, Arc::new(LedgerTable::new(schema, ledger.clone(), read)))?;
     }
     Ok(())
+}
+
+/// The snapshot of `ledger` at its current write generation, read once and shared.
+fn snapshot(ledger: &Ledger, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
+    // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
+    // snapshot is never labelled newer than its rows.
+    let generation = ledger.generation();
+    if let Ok(guard) = shared.lock()
+        && let Some((g, snap)) = guard.as_ref()
+        && *g == generation
+    {
+        return Ok(snap.clone());
+    }
+    let snap = Arc::new(Snapshot::read(ledger)?);
+    if let Ok(mut guard) = shared.lock() {
+        *guard = Some((generation, snap.clone()));
+    }
+    Ok(snap)
 }
