@@ -23,6 +23,42 @@ pub struct DbArg {
     pub db: PathBuf,
 }
 
+/// The server's access rules and limits, for `serve` and `demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// A file holding the bearer token that writes (and, with --read-token, reads) need; else the
+    /// LANELEDGER_TOKEN environment variable. Without a token, writes are off and only loopback
+    /// addresses may be served.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Reads (pages, GET APIs, /v1/sql, /metrics) need the token too, as Bearer or as the HTTP
+    /// Basic password. Always so on an address other than loopback.
+    #[arg(long)]
+    pub read_token: bool,
+    /// The largest request body in bytes, before and after gzip (413 past it).
+    #[arg(long, default_value_t = 16 << 20)]
+    pub body_limit: usize,
+    /// Seconds one request may take (408 past it).
+    #[arg(long, default_value_t = 30.0)]
+    pub request_timeout: f64,
+    /// Seconds one SQL statement may run (408 past it).
+    #[arg(long, default_value_t = 20.0)]
+    pub sql_timeout: f64,
+    /// Bytes of memory the SQL operators (sorts, joins, aggregates) may hold; a query that needs
+    /// more fails with 422 "resources exhausted".
+    #[arg(long, default_value_t = laneledger_query::session::QUERY_MEMORY_BYTES)]
+    pub sql_memory: usize,
+    /// Requests that run SQL (pages, /v1/review, /v1/sql, /metrics) served at once; more wait.
+    #[arg(long, default_value_t = 4)]
+    pub query_concurrency: usize,
+    /// Write requests served at once; more wait.
+    #[arg(long, default_value_t = 64)]
+    pub write_concurrency: usize,
+    /// Write requests waiting for the writer before more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub write_queue: usize,
+}
+
 /// Input formats for `ingest`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum FormatArg {
@@ -118,7 +154,9 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Serve the review site and API.
+    /// Serve the review site, the read APIs and (with a token) the write APIs. A second process
+    /// on the same ledger file is refused. SIGTERM or Ctrl-C stops it after the requests in flight
+    /// are answered and every acknowledged batch is committed.
     Serve {
         #[command(flatten)]
         db: DbArg,
@@ -128,6 +166,8 @@ pub enum Command {
         /// lane.yaml (thresholds, windows, key rests); the seeds' values when absent.
         #[arg(long)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// Generate seed 000's drill as attempt NDJSON, synthetic or replaying a request trace.
     Drill {
@@ -166,5 +206,7 @@ pub enum Command {
         /// The sample data folder.
         #[arg(long)]
         data: Option<PathBuf>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
 }

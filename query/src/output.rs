@@ -64,3 +64,26 @@ pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<Strin
         }
     }
 }
+
+/// A result as text cells for a page: the column names, and at most `max_rows` rows of cells
+/// (`NULL` for a null), formatted as the table output formats them.
+pub fn text_cells(result: &QueryResult, max_rows: usize) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    let names = result.schema.fields().iter().map(|f| f.name().clone()).collect();
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for batch in &result.batches {
+        if rows.len() >= max_rows {
+            break;
+        }
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for i in 0..batch.num_rows().min(max_rows - rows.len()) {
+            rows.push(formatters.iter().map(|f| f.value(i).to_string()).collect());
+        }
+    }
+    Ok((names, rows))
+}

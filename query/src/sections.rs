@@ -412,3 +412,15 @@ pub fn section_text(s: &Section) -> String {
     }
     out
 }
+
+/// The weekly review as one JSON document, as `laneledger review --format json` prints it and
+/// `GET /v1/review` answers: `{"week": WeekMetrics, "previous": WeekMetrics|null,
+/// "alerts": [AlertCheck], "sections": [Section]}`.
+pub fn review_document(review: &crate::metrics::WeekReview, sections: &[Section]) -> serde_json::Value {
+    serde_json::json!({
+        "week": review.week,
+        "previous": review.previous,
+        "alerts": review.alerts,
+        "sections": sections,
+    })
+}

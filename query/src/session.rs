@@ -113,10 +113,20 @@ impl Session {
     /// [`crate::audits`] with `config`'s settings, SQLite's `SUM`, and the views of
     /// [`crate::views`] (seed 000's `job_rollup` from its own `CREATE VIEW` text).
     pub async fn with_config(ledger: Ledger, config: LaneConfig) -> Result<Self> {
+        Self::with_memory_limit(ledger, config, QUERY_MEMORY_BYTES).await
+    }
+
+    /// [`Session::with_config`] with `memory_bytes` for the operators' memory instead of
+    /// [`QUERY_MEMORY_BYTES`]. Past it a query fails with "resources exhausted"
+    /// ([`Error::Execution`]); nothing spills to disk.
+    pub async fn with_memory_limit(ledger: Ledger, config: LaneConfig, memory_bytes: usize) -> Result<Self> {
+        use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
         let df_config = SessionConfig::new().with_information_schema(true);
-        // Sorts, joins and aggregates fail cleanly past this, instead of the process being killed.
+        // Sorts, joins and aggregates fail cleanly past the limit, instead of the process being
+        // killed; with no disk manager they cannot fill the disk with spill files either.
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(QUERY_MEMORY_BYTES, 1.0)
+            .with_memory_limit(memory_bytes, 1.0)
+            .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled))
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(df_config, runtime);
         ctx.register_udaf(sqlite_sum());

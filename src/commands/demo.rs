@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use laneledger_store::{Counters, InputFormat, Ledger};
 
-use crate::cli::KindArg;
+use crate::cli::{KindArg, ServerArgs};
 
-pub fn run(addr: SocketAddr, data: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let data = data.unwrap_or_else(|| {
         let here = PathBuf::from("sample-data");
         if here.is_dir() {
@@ -51,7 +51,13 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>) -> anyhow::Result<ExitCode> 
     println!("demo ledger {}: {total}", db.display());
     let lane_yaml = data.join("lane.yaml");
     let config = super::load_config(lane_yaml.exists().then_some(lane_yaml.as_path()))?;
-    let served = super::serve::serve_ledger(ledger, config, addr, Some("laneledger demo: open {url}".to_string()));
+    let served = super::serve::serve_ledger(
+        ledger,
+        config,
+        addr,
+        server,
+        Some("laneledger demo: open {url}".to_string()),
+    );
     // The demo ledger is scratch: remove it once the server has stopped.
     let _ = std::fs::remove_dir_all(&dir);
     served

@@ -35,7 +35,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             config,
         } => review::run(&db.db, week.as_deref(), format, config.as_deref()),
-        Command::Serve { db, addr, config } => serve::run(&db.db, addr, config.as_deref()),
+        Command::Serve {
+            db,
+            addr,
+            config,
+            server,
+        } => serve::run(&db.db, addr, config.as_deref(), &server),
         Command::Drill {
             jobs,
             policy,
@@ -55,7 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             job_prefix,
             out,
         }),
-        Command::Demo { addr, data } => demo::run(addr, data),
+        Command::Demo { addr, data, server } => demo::run(addr, data, &server),
     }
 }
 

@@ -25,7 +25,7 @@ pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&
             super::print(&text)?;
         }
         ReviewFormat::Json => {
-            let v = serde_json::json!({ "week": review.week, "previous": review.previous, "alerts": review.alerts, "sections": sections });
+            let v = laneledger_query::review_document(&review, &sections);
             super::print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
         }
     }

@@ -1,33 +1,92 @@
-//! `laneledger serve`.
+//! `laneledger serve`: the site, the read APIs and the write APIs over one ledger.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use laneledger_query::Session;
 use laneledger_store::{LaneConfig, Ledger};
-use laneledger_web::AppState;
+use laneledger_web::{AppState, Auth, Options, Token, Writer};
 
-pub fn run(db: &Path, addr: SocketAddr, config: Option<&Path>) -> anyhow::Result<ExitCode> {
+use crate::cli::ServerArgs;
+
+pub fn run(db: &Path, addr: SocketAddr, config: Option<&Path>, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let config = super::load_config(config)?;
     let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
-    serve_ledger(ledger, config, addr, None)
+    serve_ledger(ledger, config, addr, server, None)
 }
 
-/// Serves `ledger` on `addr`; prints `banner` (or the URL) once listening.
+/// The token from `--token-file`, else `LANELEDGER_TOKEN`, else none.
+fn token(server: &ServerArgs) -> anyhow::Result<Option<Token>> {
+    let (text, from) = match &server.token_file {
+        Some(path) => (
+            std::fs::read_to_string(path).with_context(|| format!("reading the token file {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => match std::env::var("LANELEDGER_TOKEN") {
+            Ok(t) => (t, "LANELEDGER_TOKEN".to_string()),
+            Err(_) => return Ok(None),
+        },
+    };
+    Ok(Some(Token::new(&text).with_context(|| format!("the token in {from}"))?))
+}
+
+fn seconds(name: &str, s: f64) -> anyhow::Result<Duration> {
+    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
+        bail!("--{name} must be a number of seconds between 0 and 86400, not {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// The access rules for `addr`: reads need the token on any address but loopback or with
+/// `--read-token`; without a token only loopback is served, and writes are off.
+fn auth(addr: SocketAddr, server: &ServerArgs) -> anyhow::Result<Auth> {
+    let token = token(server)?;
+    let loopback = addr.ip().is_loopback();
+    if token.is_none() && !loopback {
+        bail!("refusing to serve {addr} without a token: set LANELEDGER_TOKEN or --token-file, or serve 127.0.0.1");
+    }
+    if token.is_none() && server.read_token {
+        bail!("--read-token needs a token: set LANELEDGER_TOKEN or --token-file");
+    }
+    Ok(Auth {
+        token,
+        reads_need_token: server.read_token || !loopback,
+    })
+}
+
+/// Serves `ledger` on `addr`; prints `banner` (or the URL) once listening. On SIGTERM or Ctrl-C
+/// it stops taking connections, answers the requests in flight, lets the writer commit every
+/// batch it took, and returns.
 pub fn serve_ledger(
     ledger: Ledger,
     config: LaneConfig,
     addr: SocketAddr,
+    server: &ServerArgs,
     banner: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    let auth = auth(addr, server)?;
+    let options = Options {
+        body_limit: server.body_limit.max(1),
+        request_timeout: seconds("request-timeout", server.request_timeout)?,
+        sql_timeout: seconds("sql-timeout", server.sql_timeout)?,
+        query_concurrency: server.query_concurrency.max(1),
+        write_concurrency: server.write_concurrency.max(1),
+    };
+    let writes = if auth.token.is_some() { "on" } else { "off (no token)" };
+    let reads = if auth.reads_need_token {
+        "need the token"
+    } else {
+        "open"
+    };
     super::runtime()?.block_on(async {
-        let session = Session::with_config(ledger, config).await?;
-        let state = AppState {
-            thresholds: session.thresholds(),
-            session,
-        };
+        let session = Session::with_memory_limit(ledger.clone(), config, server.sql_memory.max(1 << 20)).await?;
+        let (writer, writer_thread) = Writer::spawn(ledger, server.write_queue)?;
+        let state = AppState::new(session.clone(), session.thresholds())
+            .with_writer(writer, auth)
+            .with_options(options);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
@@ -38,7 +97,11 @@ pub fn serve_ledger(
                 .unwrap_or_else(|| format!("laneledger serving on {url}"))
                 .replace("{url}", &url)
         );
-        laneledger_web::serve_until(listener, state, laneledger_web::shutdown_signal()).await?;
+        println!("writes {writes}; reads {reads}");
+        let served = laneledger_web::serve_until(listener, state, laneledger_web::shutdown_signal()).await;
+        // Every handle to the writer went with the router: it commits what it took, then stops.
+        tokio::task::spawn_blocking(move || writer_thread.join()).await?;
+        served?;
         Ok(ExitCode::SUCCESS)
     })
 }

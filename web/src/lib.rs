@@ -16,70 +16,159 @@
 //! # Ok(()) }
 //! ```
 
+pub mod api_error;
+pub mod auth;
+pub mod body;
 mod duplicates;
 pub mod error;
 mod html;
+pub mod ingest_api;
 mod job;
+pub mod read_api;
 mod review;
 mod sections;
+mod sql_page;
 mod weeks;
+pub mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
 use laneledger_query::{Session, Thresholds};
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+pub use api_error::ApiError;
+pub use auth::{Auth, Token};
 pub use error::{AppError, Error, Result};
+pub use writer::{Writer, WriterThread};
 
-/// How long one request may take before the site answers 503.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The server's limits; every one is a `laneledger serve` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// The largest request body, in bytes, before and after gzip (413 past it). Default 16 MiB.
+    pub body_limit: usize,
+    /// How long one request may take (408 past it). Default 30 s.
+    pub request_timeout: Duration,
+    /// How long one SQL statement may run (`/v1/sql`, `/sql`; 408 past it). Default 20 s.
+    pub sql_timeout: Duration,
+    /// Requests that run SQL (pages, `/v1/review`, `/v1/sql`, `/metrics`) served at once; more wait.
+    /// Default 4.
+    pub query_concurrency: usize,
+    /// Write requests served at once; more wait. Default 64.
+    pub write_concurrency: usize,
+}
 
-/// The largest request body accepted, in bytes (1 MiB); the site only serves `GET` pages.
-pub const BODY_LIMIT: usize = 1 << 20;
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            body_limit: 16 << 20,
+            request_timeout: Duration::from_secs(30),
+            sql_timeout: Duration::from_secs(20),
+            query_concurrency: 4,
+            write_concurrency: 64,
+        }
+    }
+}
 
-/// What every handler shares: the query session over the ledger and seed 000's alert thresholds.
+/// What every handler shares: the query session over the ledger, seed 000's alert thresholds,
+/// the writer (when the server takes writes), the access rules and the limits.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The DataFusion session over the ledger (cheap to clone).
     pub session: Session,
     /// The alert thresholds (seed 000 `lane.yaml` `alerts`).
     pub thresholds: Thresholds,
+    /// The group-commit writer; `None` serves reads only.
+    pub writer: Option<Writer>,
+    /// Who may write and read.
+    pub auth: Arc<Auth>,
+    /// The limits.
+    pub options: Options,
 }
 
 impl AppState {
-    /// A state over `session` with `thresholds`.
+    /// A read-only state over `session` with `thresholds`, open reads and the default limits.
     pub fn new(session: Session, thresholds: Thresholds) -> Self {
-        AppState { session, thresholds }
+        AppState {
+            session,
+            thresholds,
+            writer: None,
+            auth: Arc::default(),
+            options: Options::default(),
+        }
+    }
+
+    /// The same state taking writes through `writer`, for holders of `auth`'s token.
+    pub fn with_writer(mut self, writer: Writer, auth: Auth) -> Self {
+        self.writer = Some(writer);
+        self.auth = Arc::new(auth);
+        self
+    }
+
+    /// The same state with other access rules.
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = Arc::new(auth);
+        self
+    }
+
+    /// The same state with other limits.
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
     }
 }
 
-/// Pages rendered at once; more requests wait their turn (within the request timeout).
-pub const PAGE_CONCURRENCY: usize = 4;
-
-/// The site's router: `/`, `/weeks`, `/weeks/{week}`, `/jobs/{job_id}`, `/duplicates`, and a
-/// 404 page for any other path, with a request timeout and a body size limit.
+/// The site's router.
+///
+/// - Pages: `/`, `/weeks`, `/weeks/{week}`, `/jobs/{job_id}`, `/duplicates`, `/sql`, and a 404
+///   page for any other path.
+/// - Reads: `GET /v1/review`, `POST /v1/sql`, `GET /metrics` (open, or the token with
+///   [`Auth::reads_need_token`]); `GET /healthz` (always open).
+/// - Writes: `POST /v1/attempts`, `POST /v1/decisions` (the bearer token).
+///
+/// Every route has the body limit (413) and the request timeout (408); SQL-running routes and
+/// write routes each have their own concurrency limit.
 pub fn app(state: AppState) -> Router {
-    Router::new()
+    let o = state.options;
+    let auth = state.auth.clone();
+    let reads = Router::new()
         .route("/", get(review::latest))
         .route("/weeks", get(weeks::list))
         .route("/weeks/{week}", get(review::week))
         .route("/jobs/{job_id}", get(job::show))
         .route("/duplicates", get(duplicates::list))
+        .route("/sql", get(sql_page::page))
+        .route("/v1/review", get(read_api::review))
+        .route("/v1/sql", post(read_api::sql))
+        .route("/metrics", get(read_api::metrics))
         .fallback(error::not_found)
-        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         // Pages run SQL on a 2-core box: let a few run at once and queue the rest behind them,
         // inside the timeout, rather than all of them slowing to a crawl together.
-        .layer(tower::limit::ConcurrencyLimitLayer::new(PAGE_CONCURRENCY))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(o.query_concurrency.max(1)))
+        .layer(from_fn_with_state(auth.clone(), auth::require_read));
+    let writes = Router::new()
+        .route("/v1/attempts", post(ingest_api::post_attempts))
+        .route("/v1/decisions", post(ingest_api::post_decisions))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(o.write_concurrency.max(1)))
+        .layer(from_fn_with_state(auth, auth::require_write));
+    Router::new()
+        .route("/healthz", get(read_api::healthz))
+        .merge(writes)
+        .merge(reads)
+        .layer(DefaultBodyLimit::max(o.body_limit))
+        .layer(RequestBodyLimitLayer::new(o.body_limit))
         .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            REQUEST_TIMEOUT,
+            StatusCode::REQUEST_TIMEOUT,
+            o.request_timeout,
         ))
         .with_state(state)
 }

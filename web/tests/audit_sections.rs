@@ -27,10 +27,7 @@ async fn page(uri: &str) -> (StatusCode, String) {
     let r = std::io::BufReader::new(std::fs::File::open(path).unwrap());
     ingest_decisions_reader(&ledger, "decisions", r, InputFormat::Ndjson, DEFAULT_BATCH, |_| {}).unwrap();
     let session = Session::new(ledger).await.unwrap();
-    let state = AppState {
-        thresholds: session.thresholds(),
-        session,
-    };
+    let state = AppState::new(session.clone(), session.thresholds());
     let resp = app(state)
         .oneshot(Request::get(uri).body(Body::empty()).unwrap())
         .await

@@ -1,0 +1,40 @@
+//! The record parser's invariants, checked on any input: shared by the libFuzzer target
+//! (`record_parser.rs`) and the bounded mutation test in `store/tests/parser_fuzz.rs`.
+//!
+//! For NDJSON and CSV, attempts and gate decisions: reading never panics and never fails (the
+//! input is in memory); every line is a record or a reject with a reason; line numbers only grow;
+//! and an NDJSON record's raw text decodes again to the same record.
+
+use laneledger_store::decision::DecisionDecoder;
+use laneledger_store::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
+
+/// Checks every invariant on `data`; panics on the first that fails.
+pub fn check(data: &[u8]) {
+    for format in [InputFormat::Ndjson, InputFormat::Csv] {
+        check_one::<AttemptDecoder>(data, format);
+        check_one::<DecisionDecoder>(data, format);
+    }
+}
+
+fn check_one<D: RecordDecoder>(data: &[u8], format: InputFormat)
+where
+    D::Record: PartialEq + std::fmt::Debug,
+{
+    let mut last = 0;
+    for item in LineReader::<&[u8], D>::new("fuzz", data, format) {
+        let framed = item.expect("reading from memory cannot fail");
+        let line = match &framed {
+            Framed::Record { line, .. } => *line,
+            Framed::Reject(r) => {
+                assert!(!r.reason.is_empty(), "a reject without a reason: {r:?}");
+                r.line
+            }
+        };
+        assert!(line > last, "line {line} after line {last}");
+        last = line;
+        if let (InputFormat::Ndjson, Framed::Record { raw, record, .. }) = (format, &framed) {
+            let again = D::from_json(raw).expect("a record's raw text decodes again");
+            assert_eq!(&again, record);
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! `POST /v1/attempts` and `POST /v1/decisions`: routers write over HTTP.
+//!
+//! The body is NDJSON, a JSON array, or CSV (`Content-Type: text/csv`), optionally gzip
+//! (`Content-Encoding: gzip`). Every record is decoded by SPEC 1's rules and offered to the
+//! [`Writer`](crate::writer::Writer), which commits it with SPEC 2's write rules in a group
+//! commit. The reply is sent only once the batch is durable, and carries one result per record,
+//! in body order (`accepted`, `completed`, `duplicate`, `conflict` with the differing fields,
+//! `rejected` with field and reason), and the totals. Status 200 when every record was taken or
+//! was a duplicate; 207 when some were in conflict or rejected (those are kept in
+//! `attempt_conflict`/`decision_conflict` and `ingest_reject`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use laneledger_store::decision::DecisionDecoder;
+use laneledger_store::parse::{AttemptDecoder, Framed, RecordDecoder};
+use laneledger_store::{Counters, Incoming, IncomingDecision, format_timestamp};
+use serde_json::{Map, Value};
+
+use crate::AppState;
+use crate::api_error::ApiError;
+use crate::body::{BodyError, body_format, decompress, frame};
+use crate::writer::{Batch, SubmitError};
+
+/// A record kind that can be posted.
+trait PostKind {
+    type Decoder: RecordDecoder;
+    /// The route, for `source` in rejects and conflicts.
+    const ROUTE: &'static str;
+    /// The record's identity fields for its result line.
+    fn identity(record: &<Self::Decoder as RecordDecoder>::Record, out: &mut Map<String, Value>);
+    /// The framed records as a writer batch.
+    fn batch(source: &str, framed: Vec<Framed<<Self::Decoder as RecordDecoder>::Record>>) -> Batch;
+}
+
+struct Attempts;
+impl PostKind for Attempts {
+    type Decoder = AttemptDecoder;
+    const ROUTE: &'static str = "POST /v1/attempts";
+    fn identity(a: &laneledger_store::Attempt, out: &mut Map<String, Value>) {
+        out.insert("job_id".into(), a.job_id.clone().into());
+        out.insert("attempt_no".into(), a.attempt_no.into());
+    }
+    fn batch(source: &str, framed: Vec<Framed<laneledger_store::Attempt>>) -> Batch {
+        Batch::Attempts(
+            framed
+                .into_iter()
+                .map(|f| match f {
+                    Framed::Record { line, raw, record } => Incoming::Attempt {
+                        source: source.to_string(),
+                        line,
+                        raw,
+                        attempt: record,
+                    },
+                    Framed::Reject(r) => Incoming::Reject(r),
+                })
+                .collect(),
+        )
+    }
+}
+
+struct Decisions;
+impl PostKind for Decisions {
+    type Decoder = DecisionDecoder;
+    const ROUTE: &'static str = "POST /v1/decisions";
+    fn identity(d: &laneledger_store::Decision, out: &mut Map<String, Value>) {
+        out.insert("job_id".into(), d.job_id.clone().into());
+        out.insert("decided_at".into(), format_timestamp(d.decided_at).into());
+    }
+    fn batch(source: &str, framed: Vec<Framed<laneledger_store::Decision>>) -> Batch {
+        Batch::Decisions(
+            framed
+                .into_iter()
+                .map(|f| match f {
+                    Framed::Record { line, raw, record } => IncomingDecision::Decision {
+                        source: source.to_string(),
+                        line,
+                        raw,
+                        decision: record,
+                    },
+                    Framed::Reject(r) => IncomingDecision::Reject(r),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// `POST /v1/attempts`: attempt records (SPEC 1.1).
+pub async fn post_attempts(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    post::<Attempts>(state, headers, body).await.into_response()
+}
+
+/// `POST /v1/decisions`: gate decisions (SPEC 1.2, seed 003).
+pub async fn post_decisions(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    post::<Decisions>(state, headers, body).await.into_response()
+}
+
+/// The request's id: the client's `X-Request-Id` when it is short printable ASCII, else one made
+/// here (`<µs since the epoch>-<n>`).
+fn request_id(headers: &HeaderMap) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                laneledger_store::now_micros(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            )
+        })
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        let status = match e {
+            BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Encoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            BodyError::Gzip(_) | BodyError::Array(_) | BodyError::Empty => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::QueueFull(_) => ApiError {
+                retry_after_s: Some(1),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            },
+            SubmitError::Stopped => ApiError {
+                retry_after_s: Some(1),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            },
+            SubmitError::Storage(_) => ApiError::internal(e),
+        }
+    }
+}
+
+async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let Some(writer) = state.writer.clone() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server takes no writes",
+        ));
+    };
+    let id = request_id(&headers);
+    let source = format!("{} {id}", K::ROUTE);
+    let limit = state.options.body_limit;
+    // Decompressing and decoding a large body is CPU work: keep it off the async workers.
+    let (batch, idents) = tokio::task::spawn_blocking({
+        let source = source.clone();
+        move || -> Result<_, BodyError> {
+            let bytes = decompress(&headers, &body, limit)?;
+            let framed = frame::<K::Decoder>(&source, body_format(&headers, &bytes), &bytes)?;
+            let idents: Vec<(u64, Map<String, Value>)> = framed
+                .iter()
+                .map(|f| {
+                    let mut m = Map::new();
+                    match f {
+                        Framed::Record { line, record, .. } => {
+                            m.insert("line".into(), (*line).into());
+                            K::identity(record, &mut m);
+                            (*line, m)
+                        }
+                        Framed::Reject(r) => {
+                            m.insert("line".into(), r.line.into());
+                            (r.line, m)
+                        }
+                    }
+                })
+                .collect();
+            Ok((K::batch(&source, framed), idents))
+        }
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    let results = writer.submit(batch).await?;
+    let mut totals = Counters::default();
+    let lines: Vec<Value> = results
+        .iter()
+        .zip(idents)
+        .map(|(result, (_, mut m))| {
+            totals.add(result);
+            if let Ok(Value::Object(fields)) = serde_json::to_value(result) {
+                m.extend(fields);
+            }
+            Value::Object(m)
+        })
+        .collect();
+    let all_taken = totals.conflicts == 0 && totals.rejected == 0;
+    let status = if all_taken {
+        StatusCode::OK
+    } else {
+        StatusCode::MULTI_STATUS
+    };
+    let reply = serde_json::json!({
+        "request_id": id,
+        "durable": true,
+        "totals": totals,
+        "results": lines,
+    });
+    Ok((status, Json(reply)).into_response())
+}

@@ -1,0 +1,290 @@
+//! The read APIs: `GET /v1/review`, `POST /v1/sql`, `GET /healthz` and `GET /metrics`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use laneledger_query::{AlertState, OutputFormat, QueryResult, format_result, review_document};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::api_error::ApiError;
+
+/// `?week=2026-W47` (optional: the latest week with data).
+#[derive(Debug, Deserialize)]
+pub struct WeekParam {
+    /// An ISO week label.
+    pub week: Option<String>,
+}
+
+/// `GET /v1/review?week=YYYY-Www`: the weekly review as JSON (`laneledger review --format json`'s
+/// document). 400 for a bad label, 404 for a week without data.
+pub async fn review(State(state): State<AppState>, Query(p): Query<WeekParam>) -> Result<Response, ApiError> {
+    let review = state.session.review(p.week.as_deref(), &state.thresholds).await?;
+    let sections = state.session.audit_sections(&review.week.iso_week).await?;
+    Ok(Json(review_document(&review, &sections)).into_response())
+}
+
+/// `POST /v1/sql`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlRequest {
+    sql: String,
+}
+
+/// Runs user SQL under the server's SQL timeout: read-only, with the session's token, memory
+/// and result limits (see [`laneledger_query::Session::query`]).
+///
+/// Errors: the query's own ([`ApiError`] from [`laneledger_query::Error`]), or 408 when it runs
+/// past `options.sql_timeout`.
+pub(crate) async fn run_sql(state: &AppState, sql: &str) -> Result<QueryResult, ApiError> {
+    let limit = state.options.sql_timeout;
+    match tokio::time::timeout(limit, state.session.query(sql)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the query ran longer than {} s and was stopped", limit.as_secs_f64()),
+        )),
+    }
+}
+
+/// `POST /v1/sql` with `{"sql": "…"}`: the rows as JSON (`{"columns": [{"name", "type"}],
+/// "rows": [{…}], "row_count": n}`), or CSV (RFC 4180, header row) with `Accept: text/csv`.
+/// Read-only: DDL, DML, `COPY` and `SET` are 400; see [`run_sql`] for the limits.
+pub async fn sql(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let req: SqlRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body must be {{\"sql\": \"…\"}}: {e}")))?;
+    let result = run_sql(&state, &req.sql).await?;
+    let csv = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("text/csv"));
+    if csv {
+        let text = format_result(&result, OutputFormat::Csv)?;
+        return Ok((
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/csv; charset=utf-8"),
+            )],
+            text,
+        )
+            .into_response());
+    }
+    let rows = format_result(&result, OutputFormat::Json)?;
+    let rows = serde_json::value::RawValue::from_string(rows.trim_end().to_string()).map_err(ApiError::internal)?;
+    let columns: Vec<serde_json::Value> = result
+        .schema
+        .fields()
+        .iter()
+        .map(|f| serde_json::json!({ "name": f.name(), "type": f.data_type().to_string() }))
+        .collect();
+    Ok(Json(serde_json::json!({
+        "columns": columns,
+        "rows": rows,
+        "row_count": result.num_rows(),
+    }))
+    .into_response())
+}
+
+/// `GET /healthz`: 200 `{"status": "ok", …}` when the ledger answers a read, else 503.
+pub async fn healthz(State(state): State<AppState>) -> Response {
+    let ledger = state.session.ledger().clone();
+    match tokio::task::spawn_blocking(move || ledger.attempt_count()).await {
+        Ok(Ok(attempts)) => Json(serde_json::json!({
+            "status": "ok",
+            "attempts": attempts,
+            "writes": state.writer.is_some() && state.auth.token.is_some(),
+            "write_queue": state.writer.as_ref().map(|w| w.queue_depth()),
+        }))
+        .into_response(),
+        Ok(Err(e)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the ledger does not answer: {e}"),
+        )
+        .into_response(),
+        Err(e) => ApiError::internal(e).into_response(),
+    }
+}
+
+/// `?week=` for `/metrics`: the ISO week whose ratios are exported (this week by default).
+#[derive(Debug, Deserialize)]
+pub struct MetricsParam {
+    /// An ISO week label; the current ISO week (UTC) by default.
+    pub week: Option<String>,
+}
+
+/// Prometheus text format, built line by line.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        self.0 += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0 += name;
+        if !labels.is_empty() {
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| {
+                    let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                    format!("{k}=\"{v}\"")
+                })
+                .collect();
+            self.0 += &format!("{{{}}}", l.join(","));
+        }
+        self.0 += &format!(" {value}\n");
+    }
+}
+
+/// `GET /metrics`: Prometheus text format (version 0.0.4). Ingest counters of the ledger (by
+/// write result, SPEC 2) and of this server's writer; and, for the current ISO week (or
+/// `?week=`), seed 000's alert ratios (`cross_lane_retries_per_job`,
+/// `duplicate_artifacts_per_100_jobs`, and seed 003's `free_admit_miss_rate` when the week has
+/// gate decisions) as gauges beside their thresholds, with `laneledger_alert` 1 where one fires.
+pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam>) -> Result<Response, ApiError> {
+    let ledger = state.session.ledger().clone();
+    let (attempts, decisions, rows) = tokio::task::spawn_blocking(move || {
+        Ok::<_, laneledger_store::Error>((ledger.counters()?, ledger.decision_counters()?, ledger.attempt_count()?))
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(ApiError::internal)?;
+    let mut out = Exposition::default();
+    for (name, what, c) in [
+        ("laneledger_attempt_records_total", "Attempt records", attempts),
+        ("laneledger_decision_records_total", "Gate decision records", decisions),
+    ] {
+        out.family(
+            name,
+            "counter",
+            &format!("{what} offered to the ledger since it was created, by write result (SPEC 2)."),
+        );
+        for (result, n) in [
+            ("accepted", c.accepted),
+            ("completed", c.completed),
+            ("duplicate", c.duplicates),
+            ("conflict", c.conflicts),
+            ("rejected", c.rejected),
+        ] {
+            out.sample(name, &[("result", result)], n);
+        }
+    }
+    out.family("laneledger_attempts", "gauge", "Rows in job_attempt.");
+    out.sample("laneledger_attempts", &[], rows);
+    if let Some(w) = &state.writer {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = w.stats();
+        let counters = [
+            (
+                "laneledger_http_write_batches_total",
+                "Write requests committed by this server.",
+                s.batches.load(Relaxed),
+            ),
+            (
+                "laneledger_http_write_records_total",
+                "Records in the write requests committed by this server.",
+                s.records.load(Relaxed),
+            ),
+            (
+                "laneledger_commits_total",
+                "Group commits (one fsync'd redb transaction each).",
+                s.commits.load(Relaxed),
+            ),
+            (
+                "laneledger_commit_failures_total",
+                "Group commits that failed (nothing of them was written).",
+                s.failed_commits.load(Relaxed),
+            ),
+            (
+                "laneledger_write_queue_full_total",
+                "Write requests refused with 503 because the queue was full.",
+                s.queue_full.load(Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            out.family(name, "counter", help);
+            out.sample(name, &[], v);
+        }
+        out.family(
+            "laneledger_commit_seconds_total",
+            "counter",
+            "Time spent committing, in seconds.",
+        );
+        out.sample(
+            "laneledger_commit_seconds_total",
+            &[],
+            s.commit_micros.load(Relaxed) as f64 / 1e6,
+        );
+        out.family(
+            "laneledger_write_queue_depth",
+            "gauge",
+            "Write requests waiting for the writer.",
+        );
+        out.sample("laneledger_write_queue_depth", &[], w.queue_depth());
+        out.family(
+            "laneledger_write_queue_capacity",
+            "gauge",
+            "Write requests the queue holds before it answers 503.",
+        );
+        out.sample("laneledger_write_queue_capacity", &[], w.queue_capacity());
+    }
+    let week = match p.week {
+        Some(w) => w,
+        None => laneledger_query::audits::iso_week_of(laneledger_store::now_micros()),
+    };
+    match state.session.review(Some(&week), &state.thresholds).await {
+        Ok(review) => {
+            out.family(
+                "laneledger_week_has_data",
+                "gauge",
+                "1 when a job started in the ISO week.",
+            );
+            out.sample("laneledger_week_has_data", &[("week", &week)], 1);
+            for a in &review.alerts {
+                let name = format!("laneledger_{}", a.metric);
+                if let Some(v) = a.value {
+                    out.family(&name, "gauge", &format!("{} for the ISO week (seed ratio).", a.metric));
+                    out.sample(&name, &[("week", &week)], v);
+                }
+                let t = format!("{name}_threshold");
+                out.family(
+                    &t,
+                    "gauge",
+                    &format!("The alert fires when {} is above this.", a.metric),
+                );
+                out.sample(&t, &[], a.threshold);
+            }
+            out.family(
+                "laneledger_alert",
+                "gauge",
+                "1 when the metric is above its threshold in the ISO week, else 0.",
+            );
+            for a in &review.alerts {
+                out.sample(
+                    "laneledger_alert",
+                    &[("metric", a.metric), ("week", &week)],
+                    u8::from(a.state == AlertState::Alert),
+                );
+            }
+        }
+        Err(laneledger_query::Error::UnknownWeek(_)) => {
+            out.family(
+                "laneledger_week_has_data",
+                "gauge",
+                "1 when a job started in the ISO week.",
+            );
+            out.sample("laneledger_week_has_data", &[("week", &week)], 0);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        out.0,
+    )
+        .into_response())
+}
