@@ -411,3 +411,39 @@ fn ingest_checks_its_config_before_writing() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+#[test]
+fn serve_refuses_other_addresses_without_a_token_and_weak_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.redb");
+    let db = db.to_str().unwrap();
+    let out = bin()
+        .args(["serve", "--db", db, "--addr", "0.0.0.0:0"])
+        .env_remove("LANELEDGER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("refusing to serve 0.0.0.0:0 without a token"),
+        "{}",
+        stderr(&out)
+    );
+    let out = bin()
+        .args(["serve", "--db", db, "--read-token"])
+        .env_remove("LANELEDGER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--read-token needs a token"), "{}", stderr(&out));
+    let out = bin()
+        .args(["serve", "--db", db])
+        .env("LANELEDGER_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("the token in LANELEDGER_TOKEN: the token is 5 bytes long"),
+        "{}",
+        stderr(&out)
+    );
+}

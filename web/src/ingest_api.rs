@@ -210,3 +210,20 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
     });
     Ok((status, Json(reply)).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header;
+
+    #[test]
+    fn a_full_queue_is_503_with_retry_after() {
+        let r = ApiError::from(SubmitError::QueueFull(64)).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let r = ApiError::from(BodyError::TooLarge(10)).into_response();
+        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let r = ApiError::from(BodyError::Encoding("br".into())).into_response();
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+}

@@ -485,6 +485,19 @@ async fn a_slow_request_is_408() {
     let r = sql(&s.app, "SELECT COUNT(*) FROM generate_series(1, 50000000) a").await;
     assert_eq!(r.status, StatusCode::REQUEST_TIMEOUT, "{}", r.text);
     assert!(r.json()["error"].as_str().unwrap().contains("longer than 0.001 s"));
+
+    // The request timeout covers every route.
+    let s = server_with(
+        Auth::default(),
+        Options {
+            request_timeout: Duration::from_millis(1),
+            ..Options::default()
+        },
+        64 << 20,
+    )
+    .await;
+    let r = sql(&s.app, "SELECT COUNT(*) FROM generate_series(1, 50000000) a").await;
+    assert_eq!(r.status, StatusCode::REQUEST_TIMEOUT, "{}", r.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
