@@ -16,7 +16,7 @@
 //! let ledger = laneledger_store::Ledger::open("laneledger.redb")?;
 //! let since = parse_bound("2026-11-16")?;
 //! let summary = export(&ledger, ExportFormat::Parquet, "out".as_ref(), Some(since), None)?;
-//! println!("{summary}"); // exported 422 rows, 5 days, 5 files, 61234 bytes to out
+//! println!("{summary}"); // exported 422 rows, 5 days, 5 files, 42775 bytes to out
 //! # Ok::<(), laneledger_query::Error>(())
 //! ```
 
@@ -48,8 +48,10 @@ pub enum ExportFormat {
     Parquet,
     /// The Arrow IPC file format, also known as Feather v2 (`.arrow`).
     Arrow,
-    /// RFC 4180 CSV with a header row and CRLF line ends (`.csv`); a NULL is an empty field and
-    /// timestamps read `2026-11-16T09:00:00.250000Z` (always six fraction digits, UTC).
+    /// RFC 4180 CSV with a header row and CRLF line ends (`.csv`); timestamps read
+    /// `2026-11-16T09:00:00.250000Z` ([`CSV_TIMESTAMP_FORMAT`]). A NULL is an empty field, and so
+    /// is an empty string (a `model` sent as `""`): readers take both back as NULL. Parquet and
+    /// Arrow keep the difference.
     Csv,
 }
 
