@@ -143,7 +143,8 @@ pub fn day_of(micros: i64) -> Option<NaiveDate> {
 /// (exclusive), both µs since the epoch UTC and open when `None`, into `out` (created when
 /// missing), one file a UTC day, in (job_id, attempt_no) order within each file (SPEC 8 export).
 ///
-/// Reads one ledger snapshot, then writes with the read transaction closed.
+/// Reads one ledger snapshot into Arrow batches, one set a day (in memory, as a query of
+/// `job_attempt` holds them), then writes with the read transaction closed.
 /// Errors: [`Error::BadTimeRange`] when `since >= until`; [`Error::Store`] when the ledger fails;
 /// [`Error::Export`] naming the file that could not be written.
 pub fn export(
