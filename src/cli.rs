@@ -97,6 +97,17 @@ pub enum ReviewFormat {
     Json,
 }
 
+/// File formats for `export`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormatArg {
+    /// Apache Parquet, Snappy-compressed (`.parquet`).
+    Parquet,
+    /// Arrow IPC file (`.arrow`).
+    Arrow,
+    /// RFC 4180 CSV with a header row (`.csv`).
+    Csv,
+}
+
 /// The drill's routing policy (seed 000).
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PolicyArg {
@@ -196,6 +207,26 @@ pub enum Command {
         /// Write here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Export the attempts (the `job_attempt` table) as files partitioned by UTC day of
+    /// started_at: OUT/day=YYYY-MM-DD/attempts.{parquet,arrow,csv}. A rerun into the same folder
+    /// overwrites its files. Exit 0 when written, 2 on a bad --since/--until, 1 on an I/O error.
+    Export {
+        #[command(flatten)]
+        db: DbArg,
+        /// The file format.
+        #[arg(long, value_enum)]
+        format: ExportFormatArg,
+        /// The output folder (created when missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Only attempts that started at or after this time: RFC 3339, or YYYY-MM-DD for
+        /// midnight UTC.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only attempts that started before this time: RFC 3339, or YYYY-MM-DD for midnight UTC.
+        #[arg(long)]
+        until: Option<String>,
     },
     /// Build a ledger from sample-data/ in a temporary folder and serve it (with
     /// sample-data/lane.yaml when there is one).

@@ -206,6 +206,155 @@ fn reading_commands_need_an_existing_ledger() {
     assert_eq!(run(&["ingest"]).status.code(), Some(2));
 }
 
+/// `(folders, files, bytes)` under an export folder: `day=` folders and the files in them.
+fn export_tree(out: &Path) -> (Vec<String>, usize, u64) {
+    let (mut folders, mut files, mut bytes) = (Vec::new(), 0, 0);
+    for day in std::fs::read_dir(out).unwrap() {
+        let day = day.unwrap();
+        folders.push(day.file_name().to_str().unwrap().to_string());
+        for f in std::fs::read_dir(day.path()).unwrap() {
+            files += 1;
+            bytes += f.unwrap().metadata().unwrap().len();
+        }
+    }
+    folders.sort();
+    (folders, files, bytes)
+}
+
+#[test]
+fn export_writes_day_folders_prints_its_summary_and_refuses_a_bad_range_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db = db.to_str().unwrap();
+    let o = run(&[
+        "ingest",
+        "--db",
+        db,
+        sample("drill-pin-2026-W48.ndjson").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sql_csv = |sql: &str| stdout(&run(&["sql", "--db", db, "--format", "csv", sql]));
+    let days = sql_csv("SELECT DISTINCT 'day=' || to_char(started_at, '%Y-%m-%d') AS d FROM job_attempt ORDER BY d");
+    let days: Vec<String> = days.lines().skip(1).map(str::to_string).collect();
+    assert!(days.len() > 1, "{days:?}");
+
+    let out = dir.path().join("export");
+    let out_s = out.to_str().unwrap();
+    let o = run(&["export", "--db", db, "--format", "parquet", "--out", out_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (folders, files, bytes) = export_tree(&out);
+    assert_eq!(folders, days);
+    assert_eq!(files, days.len());
+    let summary = format!(
+        "exported 422 rows, {} days, {files} files, {bytes} bytes to {out_s}\n",
+        days.len()
+    );
+    assert_eq!(stdout(&o), summary);
+    // A rerun overwrites the same files.
+    let o = run(&["export", "--db", db, "--format", "parquet", "--out", out_s]);
+    assert_eq!((o.status.code(), stdout(&o)), (Some(0), summary));
+    assert_eq!(export_tree(&out), (folders, files, bytes));
+
+    // CSV, one day and a half: a header row, then the rows in range.
+    let csv_out = dir.path().join("csv");
+    let o = run(&[
+        "export",
+        "--db",
+        db,
+        "--format",
+        "csv",
+        "--out",
+        csv_out.to_str().unwrap(),
+        "--since",
+        "2026-11-24",
+        "--until",
+        "2026-11-25T12:00:00+00:00",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let expected = sql_csv(
+        "SELECT COUNT(*) AS n FROM job_attempt WHERE started_at >= TIMESTAMP '2026-11-24T00:00:00Z' \
+         AND started_at < TIMESTAMP '2026-11-25T12:00:00Z'",
+    );
+    let expected: u64 = expected.lines().nth(1).unwrap().parse().unwrap();
+    assert!(
+        stdout(&o).starts_with(&format!("exported {expected} rows, 2 days, 2 files, ")),
+        "{}",
+        stdout(&o)
+    );
+    let (folders, _, _) = export_tree(&csv_out);
+    assert_eq!(folders, ["day=2026-11-24", "day=2026-11-25"]);
+    let mut rows = 0;
+    for day in &folders {
+        let text = std::fs::read_to_string(csv_out.join(day).join("attempts.csv")).unwrap();
+        assert!(
+            text.starts_with(
+                "job_id,idem_key,attempt_no,lane,started_at,ended_at,outcome,tokens_in,tokens_out,artifact_id,\
+                 http_status,provider_code,key_id,pool_id,model,error_kind,attrs,ingested_at\r\n"
+            ),
+            "{day}"
+        );
+        rows += text.lines().count() - 1;
+    }
+    assert_eq!(rows as u64, expected);
+
+    // Usage errors: exit 2, nothing written.
+    let bad = dir.path().join("bad");
+    let bad_s = bad.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["--since", "2026-11-24T00:00:00"],
+            "--since: \"2026-11-24T00:00:00\" is not a time",
+        ),
+        (vec!["--until", "next week"], "--until: \"next week\" is not a time"),
+        (
+            vec!["--since", "2026-11-25", "--until", "2026-11-24"],
+            "must be before --until",
+        ),
+    ] {
+        let o = run(&[&["export", "--db", db, "--format", "csv", "--out", bad_s][..], &args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    assert_eq!(
+        run(&["export", "--db", db, "--format", "xlsx", "--out", bad_s])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(run(&["export", "--db", db, "--format", "csv"]).status.code(), Some(2));
+    assert!(!bad.exists());
+
+    // I/O errors: exit 1. No ledger; an output path that is a file.
+    let o = run(&[
+        "export",
+        "--db",
+        dir.path().join("none.redb").to_str().unwrap(),
+        "--format",
+        "csv",
+        "--out",
+        bad_s,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no ledger at"), "{}", stderr(&o));
+    let blocked = dir.path().join("a-file");
+    std::fs::write(&blocked, "").unwrap();
+    let o = run(&[
+        "export",
+        "--db",
+        db,
+        "--format",
+        "arrow",
+        "--out",
+        blocked.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!("writing {}", blocked.display())),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The README's commands regenerate sample-data/ byte for byte.
 #[test]
 fn drill_regenerates_the_sample_data_byte_for_byte() {

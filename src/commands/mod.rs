@@ -2,6 +2,7 @@
 
 mod demo;
 mod drill;
+mod export;
 mod ingest;
 mod review;
 mod serve;
@@ -60,11 +61,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             job_prefix,
             out,
         }),
+        Command::Export {
+            db,
+            format,
+            out,
+            since,
+            until,
+        } => export::run(&db.db, format, &out, since.as_deref(), until.as_deref()),
         Command::Demo { addr, data, server } => demo::run(addr, data, &server),
     }
 }
 
-/// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week), else 1.
+/// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week, a bad export
+/// range), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use laneledger_query::Error as Q;
     for cause in e.chain() {
@@ -73,7 +82,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         }
         if let Some(q) = cause.downcast_ref::<Q>() {
             return match q {
-                Q::ReadOnly(_) | Q::Plan(_) | Q::BadWeek(_) | Q::UnknownWeek(_) => 2,
+                Q::ReadOnly(_) | Q::Plan(_) | Q::BadWeek(_) | Q::UnknownWeek(_) | Q::BadTimeRange(_) => 2,
                 _ => 1,
             };
         }
