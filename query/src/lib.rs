@@ -35,7 +35,7 @@ pub mod views;
 pub use error::{Error, Result};
 pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
-pub use output::{OutputFormat, format_result};
+pub use output::{OutputFormat, format_result, text_table};
 pub use sections::{Group, Section, section_text};
 pub use session::{QueryResult, Session, TABLES};
 pub use sqlite_sum::sqlite_sum;

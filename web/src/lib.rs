@@ -16,12 +16,17 @@
 //! # Ok(()) }
 //! ```
 
+mod charts;
+mod daily;
+mod downloads;
 mod duplicates;
 pub mod error;
 mod html;
 mod job;
 mod review;
 mod sections;
+mod timeline;
+mod trends;
 mod weeks;
 
 use std::future::Future;
@@ -70,6 +75,8 @@ pub fn app(state: AppState) -> Router {
         .route("/", get(review::latest))
         .route("/weeks", get(weeks::list))
         .route("/weeks/{week}", get(review::week))
+        .route("/weeks/{week}/tables/{file}", get(downloads::week_file))
+        .route("/weeks/tables/{file}", get(downloads::weeks_file))
         .route("/jobs/{job_id}", get(job::show))
         .route("/duplicates", get(duplicates::list))
         .fallback(error::not_found)
