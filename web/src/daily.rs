@@ -160,6 +160,7 @@ fn chart(week: &str, days: &[DayRow]) -> Result<String, ChartError> {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
         let n = days.len().max(1) as f64;
+        let pad = (4.0 - n).max(0.0) / 2.0;
         let top = days
             .iter()
             .flat_map(|d| d.counts().map(|lane| lane.iter().sum::<i64>()))
@@ -172,7 +173,8 @@ fn chart(week: &str, days: &[DayRow]) -> Result<String, ChartError> {
             .margin_left(8)
             .x_label_area_size(44)
             .y_label_area_size(64)
-            .build_cartesian_2d(0f64..n, 0f64..y_max)?;
+            // At least four days' room, so a week of one or two days has bars of a usual width.
+            .build_cartesian_2d(-pad..n + pad, 0f64..y_max)?;
         chart
             .configure_mesh()
             .disable_x_mesh()

@@ -247,7 +247,7 @@ async fn the_daily_chart_draws_each_days_attempts_by_lane_and_outcome_as_sql_cou
     }
     // The day is named under its bars, and the table beside the chart has the same counts.
     assert!(texts(chart).contains(&"Tue 17 Nov".to_string()));
-    let table = body_rows(&page.body, "<table class=\"dense daily-table\">");
+    let table = body_rows(&page.body, "daily-table");
     let row = table.iter().find(|r| r[0] == day).expect("the day's row");
     assert_eq!(row[1], want[&("free".to_string(), "ok".to_string())].to_string());
     assert_eq!(
@@ -274,7 +274,7 @@ async fn the_downloads_give_exactly_the_tables_rows() {
         "attachment; filename=\"laneledger-2026-W47-daily.csv\""
     );
     let rows = parse_csv(&csv.body);
-    let table = body_rows(&page, "<table class=\"dense daily-table\">");
+    let table = body_rows(&page, "daily-table");
     assert_eq!(rows[0][0], "day");
     assert_eq!(rows[0].last().unwrap(), "attempts");
     assert_eq!(rows[1..], table[..], "CSV rows are the page's rows");
