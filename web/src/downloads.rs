@@ -6,6 +6,8 @@
 //!   in `weekly_metrics`), `daily` (attempts a day by lane and outcome), each audit section by
 //!   its id (all its rows, where the page shows the first 100), and `weeks`.
 //! - `GET /weeks/tables/{name}.csv` and `.json`: `weeks` and `gate_weeks`.
+//! - `GET /jobs/{job_id}/tables/attempts.csv` and `.json`: a job's attempts, through SQL.
+//! - `GET /duplicates/tables/duplicates.csv` and `.json`: the duplicates page's rows.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -16,6 +18,7 @@ use laneledger_query::metrics::WEEKS_SQL;
 use laneledger_query::{OutputFormat, QueryResult, Session, format_result, text_table};
 
 use crate::AppState;
+use crate::duplicates::DUPLICATES_SQL;
 use crate::error::{AppError, Error};
 
 /// Sections the query layer computes in Rust from several queries: their download is the table
@@ -150,6 +153,67 @@ pub(crate) async fn weeks_file(
     file_response(&result, format, &format!("laneledger-{name}"))
 }
 
+/// The SQL of a job's attempts as the job page lists them, in `attempt_no` order.
+pub(crate) fn job_sql(job_id: &str) -> String {
+    format!(
+        "SELECT attempt_no, lane, started_at, ended_at, outcome, tokens_in, tokens_out, artifact_id,\n       \
+         http_status, provider_code, error_kind, key_id, pool_id, model\n\
+         FROM job_attempt\n\
+         WHERE job_id = '{}'\n\
+         ORDER BY attempt_no",
+        job_id.replace('\'', "''")
+    )
+}
+
+/// A file name part from `s`: ASCII letters, digits, `.`, `_` and `-` kept, anything else `_`.
+fn file_part(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `GET /jobs/{job_id}/tables/{file}`: the job's attempts (`attempts.csv`, `attempts.json`);
+/// 404 for a job the ledger does not hold or another table.
+pub(crate) async fn job_file(
+    State(state): State<AppState>,
+    uri: Uri,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, AppError> {
+    let Path((job_id, file)) = path?;
+    let Some(("attempts", format)) = split_file(&file) else {
+        return Err(AppError::NoRoute(uri.path().to_string()));
+    };
+    let result = state.session.query(&job_sql(&job_id)).await.map_err(Error::from)?;
+    if result.num_rows() == 0 {
+        return Err(AppError::UnknownJob(job_id));
+    }
+    file_response(
+        &result,
+        format,
+        &format!("laneledger-job-{}-attempts", file_part(&job_id)),
+    )
+}
+
+/// `GET /duplicates/tables/{file}`: the duplicates page's rows (`duplicates.csv`, `.json`).
+pub(crate) async fn duplicates_file(
+    State(state): State<AppState>,
+    uri: Uri,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    let Path(file) = path?;
+    let Some(("duplicates", format)) = split_file(&file) else {
+        return Err(AppError::NoRoute(uri.path().to_string()));
+    };
+    let result = state.session.query(DUPLICATES_SQL).await.map_err(Error::from)?;
+    file_response(&result, format, "laneledger-duplicates")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +224,11 @@ mod tests {
         assert!(matches!(split_file("a.b.json"), Some(("a.b", Format::Json))));
         assert!(split_file("daily.xlsx").is_none());
         assert!(split_file("daily").is_none());
+    }
+
+    #[test]
+    fn job_ids_are_quoted_in_sql_and_cleaned_in_file_names() {
+        assert!(job_sql("it's").contains("WHERE job_id = 'it''s'"));
+        assert_eq!(file_part("job/7 <b>&ä"), "job_7__b___");
     }
 }

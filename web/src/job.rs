@@ -75,6 +75,8 @@ struct JobPage {
     attempts: Vec<AttemptRow>,
     /// The attempts on a timeline, an inline `<svg>`.
     timeline: String,
+    /// The same attempts through SQL (the download's query).
+    sql: String,
 }
 
 /// The ISO week label (`2026-W47`) of a time in µs since the epoch.
@@ -121,6 +123,7 @@ pub(crate) async fn show(
         lanes: lanes.join(" → "),
         attempts: attempts.iter().map(AttemptRow::from).collect(),
         timeline,
+        sql: crate::downloads::job_sql(&job_id),
         job_id,
     }))
 }

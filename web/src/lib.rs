@@ -78,6 +78,8 @@ pub fn app(state: AppState) -> Router {
         .route("/weeks/{week}/tables/{file}", get(downloads::week_file))
         .route("/weeks/tables/{file}", get(downloads::weeks_file))
         .route("/jobs/{job_id}", get(job::show))
+        .route("/jobs/{job_id}/tables/{file}", get(downloads::job_file))
+        .route("/duplicates/tables/{file}", get(downloads::duplicates_file))
         .route("/duplicates", get(duplicates::list))
         .fallback(error::not_found)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))

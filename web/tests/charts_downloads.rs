@@ -552,3 +552,48 @@ async fn the_job_timeline_names_each_attempt_with_its_lane_outcome_key_and_refus
         );
     }
 }
+
+#[tokio::test]
+async fn a_jobs_attempts_and_the_duplicates_download_as_their_pages_list_them() {
+    let (_dir, state) = sample_state().await;
+    let job = "bee-9967";
+    let page = get(&state, &format!("/jobs/{job}")).await.body;
+    let shown = body_rows(&page, "<h2>Attempts</h2>");
+    let detail = body_rows(&page, "<h2>Provider answer and key</h2>");
+    let csv = get(&state, &format!("/jobs/{job}/tables/attempts.csv")).await;
+    assert_eq!(csv.status, StatusCode::OK);
+    assert_eq!(
+        csv.headers[header::CONTENT_DISPOSITION],
+        "attachment; filename=\"laneledger-job-bee-9967-attempts.csv\""
+    );
+    let rows = parse_csv(&csv.body);
+    let col = |name: &str| rows[0].iter().position(|c| c == name).expect(name);
+    assert_eq!(rows.len() - 1, shown.len());
+    for ((r, s), d) in rows[1..].iter().zip(&shown).zip(&detail) {
+        assert_eq!(r[col("attempt_no")], s[0]);
+        assert_eq!(r[col("lane")], s[1]);
+        assert_eq!(r[col("outcome")], s[5]);
+        assert_eq!(r[col("http_status")], d[1]);
+        assert_eq!(r[col("provider_code")], d[2]);
+        assert_eq!(r[col("error_kind")], d[3]);
+        assert_eq!(r[col("key_id")], d[4]);
+    }
+    let json = get(&state, &format!("/jobs/{job}/tables/attempts.json")).await;
+    let objects: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_str(&json.body).unwrap();
+    assert_eq!(objects.len(), shown.len());
+    assert_eq!(
+        get(&state, "/jobs/no-such-job/tables/attempts.csv").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // The duplicates page: a row an artifact of a duplicated key.
+    let page = get(&state, "/duplicates").await.body;
+    let listed = page.matches("<td><a href=\"/jobs/").count();
+    let csv = parse_csv(&get(&state, "/duplicates/tables/duplicates.csv").await.body);
+    assert!(listed > 0);
+    assert_eq!(csv.len() - 1, listed);
+    let n = sql_rows(&state.session, "SELECT COUNT(*) AS n FROM duplicate_artifact").await[0]["n"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(listed as i64, n);
+}
