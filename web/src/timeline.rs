@@ -97,6 +97,7 @@ pub(crate) fn timeline(job_id: &str, attempts: &[StoredAttempt]) -> Result<Strin
     let height = 44 + ROW * n as u32 + 50;
     let mut svg = String::new();
     let mut marks = Vec::new();
+    let mut legend_rects = 0;
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -199,15 +200,44 @@ pub(crate) fn timeline(job_id: &str, attempts: &[StoredAttempt]) -> Result<Strin
         for (x, head) in COLUMNS {
             label(&root, head, (x, 30), &text_style(12, MUTED, HPos::Left, VPos::Center))?;
         }
+        // The legend: the outcomes this job's bars show, above the plot.
+        let mut x = LABEL_AREA as i32;
         label(
             &root,
-            "bar colour: outcome (green ok, amber retryable, violet ambiguous, red permanent, grey none)",
-            ((WIDTH - 24) as i32, 12),
-            &text_style(12, MUTED, HPos::Right, VPos::Center),
+            "bar colour, the outcome:",
+            (x, 12),
+            &text_style(12, MUTED, HPos::Left, VPos::Center),
         )?;
+        x += 160;
+        for (outcome, word) in [
+            (Some("ok"), "ok"),
+            (Some("retryable"), "retryable"),
+            (Some("ambiguous"), "ambiguous"),
+            (Some("permanent"), "permanent"),
+            (None, "no outcome"),
+        ] {
+            if !attempts
+                .iter()
+                .any(|s| s.attempt.outcome.map(|o| o.as_str()) == outcome)
+            {
+                continue;
+            }
+            root.draw(&Rectangle::new(
+                [(x, 6), (x + 12, 18)],
+                outcome_colour(outcome).filled(),
+            ))?;
+            legend_rects += 1;
+            label(
+                &root,
+                word,
+                (x + 17, 12),
+                &text_style(12, INK, HPos::Left, VPos::Center),
+            )?;
+            x += 32 + 7 * word.len() as i32;
+        }
         root.present()?;
     }
-    let svg = annotate(&svg, "rect", 1, &marks, 0)?;
+    let svg = annotate(&svg, "rect", 1, &marks, legend_rects)?;
     Ok(finish(
         &svg,
         "chart timeline",
