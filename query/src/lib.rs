@@ -38,7 +38,7 @@ pub use error::{Error, ExportWriteError, Result};
 pub use export::{ExportFormat, ExportSummary, ExportedFile};
 pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
-pub use output::{OutputFormat, format_result, text_cells};
+pub use output::{OutputFormat, format_result, text_cells, text_table};
 pub use sections::{Group, Section, review_document, section_text};
 pub use session::{QueryResult, Session, TABLES};
 pub use sqlite_sum::sqlite_sum;

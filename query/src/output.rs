@@ -1,6 +1,9 @@
 //! Query results as text: an aligned table, CSV (RFC 4180 with a header row) or JSON.
 
-use datafusion::arrow::array::RecordBatch;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 use crate::error::Result;
@@ -86,4 +89,53 @@ pub fn text_cells(result: &QueryResult, max_rows: usize) -> Result<(Vec<String>,
         }
     }
     Ok((names, rows))
+}
+
+/// A table of text cells (a review section computed in Rust rather than by one SQL statement) as
+/// a [`QueryResult`] of nullable text columns, so that it formats like any query result.
+/// `None` is NULL; each row must have one cell per column.
+pub fn text_table(columns: &[String], rows: &[Vec<Option<String>>]) -> Result<QueryResult> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(c, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = (0..columns.len())
+        .map(|i| {
+            Arc::new(StringArray::from(
+                rows.iter()
+                    .map(|r| r.get(i).cloned().flatten())
+                    .collect::<Vec<Option<String>>>(),
+            )) as ArrayRef
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+    Ok(QueryResult {
+        schema,
+        batches: vec![batch],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_table_formats_as_csv_and_json() {
+        let columns = vec!["figure".to_string(), "state".to_string()];
+        let rows = vec![
+            vec![Some("free admits, \"missed\"".to_string()), None],
+            vec![Some("decisions".to_string()), Some("pass".to_string())],
+        ];
+        let t = text_table(&columns, &rows).unwrap();
+        assert_eq!(
+            format_result(&t, OutputFormat::Csv).unwrap(),
+            "figure,state\r\n\"free admits, \"\"missed\"\"\",\r\ndecisions,pass\r\n"
+        );
+        assert_eq!(
+            format_result(&t, OutputFormat::Json).unwrap(),
+            "[{\"figure\":\"free admits, \\\"missed\\\"\",\"state\":null},{\"figure\":\"decisions\",\"state\":\"pass\"}]\n"
+        );
+    }
 }

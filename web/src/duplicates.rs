@@ -58,6 +58,8 @@ struct DuplicatesPage {
     /// Σ over the keys of (distinct artifact_id − 1).
     duplicates: String,
     groups: Vec<KeyGroup>,
+    /// The page's query.
+    sql: &'static str,
 }
 
 /// `GET /duplicates`.
@@ -99,5 +101,6 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<i
         keys: format_count(i64::try_from(groups.len()).unwrap_or(i64::MAX)),
         duplicates: format_count(i64::try_from(duplicates).unwrap_or(i64::MAX)),
         groups,
+        sql: DUPLICATES_SQL,
     }))
 }

@@ -73,6 +73,10 @@ struct JobPage {
     /// The lanes in attempt order, `free → free → paid`.
     lanes: String,
     attempts: Vec<AttemptRow>,
+    /// The attempts on a timeline, an inline `<svg>`.
+    timeline: String,
+    /// The same attempts through SQL (the download's query).
+    sql: String,
 }
 
 /// The ISO week label (`2026-W47`) of a time in µs since the epoch.
@@ -109,6 +113,7 @@ pub(crate) async fn show(
         .map(|s| s.attempt.tokens_in.unwrap_or(0) + s.attempt.tokens_out.unwrap_or(0))
         .sum();
     let lanes: Vec<&str> = attempts.iter().map(|s| s.attempt.lane.as_str()).collect();
+    let timeline = crate::timeline::timeline(&job_id, &attempts).map_err(Error::from)?;
     Ok(HtmlTemplate(JobPage {
         nav: "",
         title: format!("Job {job_id}"),
@@ -117,6 +122,8 @@ pub(crate) async fn show(
         total_tokens: format_count(i64::try_from(tokens).unwrap_or(i64::MAX)),
         lanes: lanes.join(" → "),
         attempts: attempts.iter().map(AttemptRow::from).collect(),
+        timeline,
+        sql: crate::downloads::job_sql(&job_id),
         job_id,
     }))
 }

@@ -19,6 +19,9 @@
 pub mod api_error;
 pub mod auth;
 pub mod body;
+mod charts;
+mod daily;
+mod downloads;
 mod duplicates;
 pub mod error;
 mod html;
@@ -28,6 +31,8 @@ pub mod read_api;
 mod review;
 mod sections;
 mod sql_page;
+mod timeline;
+mod trends;
 mod weeks;
 pub mod writer;
 
@@ -144,7 +149,11 @@ pub fn app(state: AppState) -> Router {
         .route("/", get(review::latest))
         .route("/weeks", get(weeks::list))
         .route("/weeks/{week}", get(review::week))
+        .route("/weeks/{week}/tables/{file}", get(downloads::week_file))
+        .route("/weeks/tables/{file}", get(downloads::weeks_file))
         .route("/jobs/{job_id}", get(job::show))
+        .route("/jobs/{job_id}/tables/{file}", get(downloads::job_file))
+        .route("/duplicates/tables/{file}", get(downloads::duplicates_file))
         .route("/duplicates", get(duplicates::list))
         .route("/sql", get(sql_page::page))
         .route("/v1/review", get(read_api::review))

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use laneledger_query::{Section, WeekMetrics, WeekReview, format_count, format_ratio};
 
 use crate::AppState;
+use crate::daily::DailyView;
 use crate::error::AppError;
 use crate::html::{HtmlTemplate, signed};
 use crate::sections::SectionView;
@@ -31,6 +32,8 @@ struct AlertRow {
     value: String,
     threshold: String,
     state: StateView,
+    /// The verdict in words: `0.147 is at or below 0.20: pass`.
+    verdict: String,
 }
 
 /// The review of one week.
@@ -52,6 +55,12 @@ struct ReviewPage {
     weeks: Vec<WeekRow>,
     /// The audit sections of seeds 000, 002 and 003.
     sections: Vec<SectionView>,
+    /// Attempts a day by lane and outcome: the chart and its table.
+    daily: DailyView,
+    /// The SQL behind the drill table.
+    drill_sql: String,
+    /// The SQL behind the weeks table.
+    weeks_sql: &'static str,
 }
 
 /// The page for an empty ledger.
@@ -159,7 +168,7 @@ fn drill_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
 }
 
 /// A threshold as the seed writes it: `0.20`, `1`.
-fn threshold_text(t: f64) -> String {
+pub(crate) fn threshold_text(t: f64) -> String {
     if t.fract() == 0.0 {
         format!("{t:.0}")
     } else {
@@ -176,10 +185,20 @@ fn alert_label(metric: &str) -> &'static str {
     }
 }
 
+/// An alert's verdict in words, with the figure and the threshold.
+fn verdict(value: &str, threshold: &str, state: laneledger_query::AlertState) -> String {
+    match state {
+        laneledger_query::AlertState::Pass => format!("{value} is at or below {threshold}: pass"),
+        laneledger_query::AlertState::Alert => format!("{value} is above {threshold}: ALERT"),
+        laneledger_query::AlertState::NoData => "nothing to divide by this week: no data".to_string(),
+    }
+}
+
 fn review_page(
     review: WeekReview,
     weeks: &[WeekMetrics],
     sections: Vec<Section>,
+    daily: DailyView,
     state: &AppState,
     latest: bool,
 ) -> ReviewPage {
@@ -200,12 +219,17 @@ fn review_page(
         alerts: review
             .alerts
             .iter()
-            .map(|a| AlertRow {
-                label: alert_label(a.metric),
-                metric: a.metric,
-                value: format_ratio(a.value, decimals(a.metric)),
-                threshold: threshold_text(a.threshold),
-                state: a.state.into(),
+            .map(|a| {
+                let value = format_ratio(a.value, decimals(a.metric));
+                let threshold = threshold_text(a.threshold);
+                AlertRow {
+                    label: alert_label(a.metric),
+                    metric: a.metric,
+                    verdict: verdict(&value, &threshold, a.state),
+                    value,
+                    threshold,
+                    state: a.state.into(),
+                }
             })
             .collect(),
         seed_q1: format_ratio(w.tokens_per_artifact, 1),
@@ -216,6 +240,9 @@ fn review_page(
             .map(|m| WeekRow::new(m, &state.thresholds, m.iso_week == w.iso_week))
             .collect(),
         sections: crate::sections::views(sections),
+        daily,
+        drill_sql: crate::downloads::drill_sql(&w.iso_week),
+        weeks_sql: laneledger_query::metrics::WEEKS_SQL,
     }
 }
 
@@ -231,7 +258,8 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
     }
     let review = state.session.review(None, &state.thresholds).await?;
     let sections = state.session.audit_sections(&review.week.iso_week).await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, sections, &state, true)).into_response())
+    let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, sections, daily, &state, true)).into_response())
 }
 
 /// `GET /weeks/{week}`: one week's review; 400 for a bad label, 404 for a week without data.
@@ -243,5 +271,8 @@ pub(crate) async fn week(
     let review = state.session.review(Some(&week), &state.thresholds).await?;
     let weeks = state.session.weeks().await?;
     let sections = state.session.audit_sections(&review.week.iso_week).await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, sections, &state, false)))
+    let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
+    Ok(HtmlTemplate(review_page(
+        review, &weeks, sections, daily, &state, false,
+    )))
 }

@@ -1,4 +1,6 @@
-//! `GET /weeks`: every ISO week with data, one row a week, from the view `weekly_metrics`.
+//! `GET /weeks`: every ISO week with data, one row a week, from the view `weekly_metrics`, and
+//! the trend of each alert ratio against its threshold (seed 000's two from `weekly_metrics`,
+//! seed 003's free-admit miss rate from `gate_weekly`).
 
 use askama::Template;
 use axum::extract::State;
@@ -6,8 +8,10 @@ use laneledger_query::metrics::alerts;
 use laneledger_query::{AlertState, Thresholds, WeekMetrics, format_count, format_ratio};
 
 use crate::AppState;
-use crate::error::AppError;
+use crate::error::{AppError, Error};
 use crate::html::HtmlTemplate;
+use crate::review::threshold_text;
+use crate::trends::{TrendView, trend_chart};
 
 /// An alert's state in words and as a CSS class (pass green, ALERT red, no data grey).
 pub(crate) struct StateView {
@@ -102,11 +106,71 @@ struct WeeksPage {
     title: &'static str,
     /// Newest first.
     weeks: Vec<WeekRow>,
+    /// The alert ratios week by week.
+    trends: Vec<TrendView>,
+    /// The SQL behind the table and seed 000's charts.
+    weeks_sql: &'static str,
+}
+
+/// The trend charts: seed 000's two alerts over every week, seed 003's over the weeks with gate
+/// decisions (none when no decision was logged).
+async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView>, Error> {
+    let t = &state.thresholds;
+    let mut out = Vec::new();
+    type Pick = fn(&WeekMetrics) -> Option<f64>;
+    let seed000: [(&'static str, &'static str, &'static str, f64, Pick); 2] = [
+        (
+            "cross-lane retries per job",
+            "cross_lane_retries_per_job",
+            "Jobs with both a free and a paid attempt ÷ jobs, per ISO week of the job's first attempt (seed 000).",
+            t.cross_lane_retries_per_job,
+            |m| m.cross_lane_retries_per_job,
+        ),
+        (
+            "duplicate artifacts per 100 jobs",
+            "duplicate_artifacts_per_100_jobs",
+            "100 × duplicate artifacts (Σ over idem_key of distinct artifact_id − 1) ÷ jobs, per ISO week (seed 000).",
+            t.duplicate_artifacts_per_100_jobs,
+            |m| m.duplicate_artifacts_per_100_jobs,
+        ),
+    ];
+    for (title, metric, description, threshold, pick) in seed000 {
+        let points: Vec<(String, Option<f64>)> = weeks.iter().map(|m| (m.iso_week.clone(), pick(m))).collect();
+        let threshold_s = threshold_text(threshold);
+        out.push(TrendView {
+            title,
+            metric,
+            description,
+            svg: trend_chart(title, metric, &points, threshold, &threshold_s, decimals(metric))?,
+            threshold: threshold_s,
+            sql: format!("SELECT iso_week, {metric} FROM weekly_metrics ORDER BY week_start"),
+        });
+    }
+    let gate = state.session.gate_weeks().await?;
+    if !gate.is_empty() {
+        let (title, metric) = ("free admits that missed slack", "free_admit_miss_rate");
+        let threshold = state.session.gate_thresholds().free_admit_miss_rate;
+        let threshold_s = threshold_text(threshold);
+        let points: Vec<(String, Option<f64>)> = gate
+            .iter()
+            .map(|g| (g.iso_week.clone(), g.free_admit_miss_rate))
+            .collect();
+        out.push(TrendView {
+            title,
+            metric,
+            description: "admit_free decisions that recorded slack_miss ÷ admit_free decisions, per ISO week of decided_at, for the weeks with gate decisions (seed 003; above the threshold, freeze dwell_gate_enabled).",
+            svg: trend_chart(title, metric, &points, threshold, &threshold_s, decimals(metric))?,
+            threshold: threshold_s,
+            sql: format!("SELECT iso_week, {metric} FROM gate_weekly ORDER BY week_start"),
+        });
+    }
+    Ok(out)
 }
 
 /// `GET /weeks`.
 pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<impl Template>, AppError> {
     let weeks = state.session.weeks().await?;
+    let trends = trends(&state, &weeks).await?;
     let rows = weeks
         .iter()
         .rev()
@@ -116,5 +180,7 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<i
         nav: "weeks",
         title: "Weeks",
         weeks: rows,
+        trends,
+        weeks_sql: laneledger_query::metrics::WEEKS_SQL,
     }))
 }
