@@ -135,7 +135,7 @@ impl AppState {
 /// The site's router.
 ///
 /// - Pages: `/`, `/weeks`, `/weeks/{week}`, `/jobs/{job_id}`, `/duplicates`, `/sql`, and a 404
-///   page for any other path.
+///   page for any other path; each page's tables as CSV or JSON under `…/tables/{name}.{csv,json}`.
 /// - Reads: `GET /v1/review`, `POST /v1/sql`, `GET /metrics` (open, or the token with
 ///   [`Auth::reads_need_token`]); `GET /healthz` (always open).
 /// - Writes: `POST /v1/attempts`, `POST /v1/decisions` (the bearer token).

@@ -27,10 +27,7 @@ async fn sample_state() -> (TempDir, AppState) {
     let r = std::io::BufReader::new(std::fs::File::open(data.join("decisions-2026-W48.ndjson")).expect("decisions"));
     ingest_decisions_reader(&ledger, "decisions", r, InputFormat::Ndjson, DEFAULT_BATCH, |_| {}).expect("ingest");
     let session = Session::new(ledger).await.expect("session");
-    let state = AppState {
-        thresholds: session.thresholds(),
-        session,
-    };
+    let state = AppState::new(session.clone(), session.thresholds());
     (dir, state)
 }
 
