@@ -27,6 +27,7 @@ pub mod job_attempt;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;
+pub mod retention;
 pub mod sections;
 pub mod session;
 pub mod sqlite_sum;
