@@ -20,6 +20,7 @@ mod duplicates;
 pub mod error;
 mod html;
 mod job;
+pub mod retention;
 mod review;
 mod sections;
 mod weeks;
@@ -72,6 +73,7 @@ pub fn app(state: AppState) -> Router {
         .route("/weeks/{week}", get(review::week))
         .route("/jobs/{job_id}", get(job::show))
         .route("/duplicates", get(duplicates::list))
+        .route("/retention", get(retention::page))
         .fallback(error::not_found)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         // Pages run SQL on a 2-core box: let a few run at once and queue the rest behind them,
