@@ -37,6 +37,34 @@ pub enum Error {
     /// The ledger failed.
     #[error(transparent)]
     Store(#[from] laneledger_store::Error),
+    /// An export bound (`--since`, `--until`) is not RFC 3339 nor a `YYYY-MM-DD` date, or the
+    /// range is empty (SPEC 8 export). Holds the message for the user.
+    #[error("{0}")]
+    BadTimeRange(String),
+    /// Writing an export or archive file (or its folder) failed (SPEC 8 export); `path` names it.
+    #[error("writing {}: {source}", path.display())]
+    Export {
+        /// The file or folder being written.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: ExportWriteError,
+    },
+}
+
+/// Why writing one export file failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportWriteError {
+    /// The file system refused (create, write, sync, rename).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The Arrow IPC or CSV writer failed.
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The Parquet writer failed.
+    #[error(transparent)]
+    Parquet(#[from] parquet::errors::ParquetError),
 }
 
 impl From<datafusion::error::DataFusionError> for Error {

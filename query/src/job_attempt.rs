@@ -79,21 +79,22 @@ struct Builders {
 }
 
 impl Builders {
-    fn new() -> Self {
-        let ts = || TimestampMicrosecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC");
+    /// Builders whose fixed-width columns have room for `rows` rows before they grow.
+    fn with_capacity(rows: usize) -> Self {
+        let ts = || TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("UTC");
         Builders {
             job_id: StringBuilder::new(),
             idem_key: StringBuilder::new(),
-            attempt_no: Int64Builder::with_capacity(BATCH_ROWS),
+            attempt_no: Int64Builder::with_capacity(rows),
             lane: StringBuilder::new(),
             started_at: ts(),
             ended_at: ts(),
             outcome: StringBuilder::new(),
-            tokens_in: Int64Builder::with_capacity(BATCH_ROWS),
-            tokens_out: Int64Builder::with_capacity(BATCH_ROWS),
+            tokens_in: Int64Builder::with_capacity(rows),
+            tokens_out: Int64Builder::with_capacity(rows),
             artifact_id: StringBuilder::new(),
-            http_status: Int64Builder::with_capacity(BATCH_ROWS),
-            provider_code: Int64Builder::with_capacity(BATCH_ROWS),
+            http_status: Int64Builder::with_capacity(rows),
+            provider_code: Int64Builder::with_capacity(rows),
             key_id: StringBuilder::new(),
             pool_id: StringBuilder::new(),
             model: StringBuilder::new(),
@@ -162,16 +163,28 @@ pub struct Batcher {
 }
 
 impl Default for Batcher {
+    /// A batcher with room for a full batch of [`BATCH_ROWS`] rows.
     fn default() -> Self {
-        Batcher {
-            schema: schema(),
-            builders: Builders::new(),
-            out: Vec::new(),
-        }
+        Batcher::with_capacity(BATCH_ROWS)
     }
 }
 
 impl Batcher {
+    /// A batcher whose builders start with room for `rows` rows (at most [`BATCH_ROWS`]) and
+    /// grow as needed: many small batchers, one a day for `export`, stay small.
+    pub fn with_capacity(rows: usize) -> Self {
+        Batcher {
+            schema: schema(),
+            builders: Builders::with_capacity(rows.min(BATCH_ROWS)),
+            out: Vec::new(),
+        }
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> usize {
+        self.out.iter().map(RecordBatch::num_rows).sum::<usize>() + self.builders.rows
+    }
+
     /// Adds one attempt.
     pub fn push(&mut self, s: &StoredAttempt) -> Result<()> {
         self.builders.push(s);

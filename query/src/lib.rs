@@ -5,7 +5,8 @@
 //! boolean-summing rule ([`sqlite_sum()`]), creates seed 000's `job_rollup` view from its own text
 //! and the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
 //! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
-//! into seed 003's dwell gate review.
+//! into seed 003's dwell gate review. [`export`] writes `job_attempt` as Parquet, Arrow IPC or
+//! CSV files partitioned by day (SPEC 8 export; also the retention archive of SPEC 6).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), laneledger_query::Error> {
@@ -20,6 +21,7 @@ pub mod attempt_conflict;
 pub mod audits;
 pub mod decision_conflict;
 pub mod error;
+pub mod export;
 pub mod gate_decision;
 pub mod gate_metrics;
 pub mod ingest_reject;
@@ -33,7 +35,8 @@ pub mod session;
 pub mod sqlite_sum;
 pub mod views;
 
-pub use error::{Error, Result};
+pub use error::{Error, ExportWriteError, Result};
+pub use export::{ExportFormat, ExportSummary, ExportedFile};
 pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
 pub use output::{OutputFormat, format_result};
