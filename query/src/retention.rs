@@ -262,12 +262,11 @@ fn figures(m: &WeekMetrics) -> Result<WeekFigures> {
 }
 
 /// Writes `attempts` under `dir` as Parquet, one `day=YYYY-MM-DD/` folder a UTC day of
-/// `started_at` (branch `export`'s writer).
+/// `started_at` ([`crate::export::write_attempts`]).
 fn write_archive(attempts: Vec<laneledger_store::StoredAttempt>, dir: &Path) -> Result<()> {
-    let _ = (attempts, dir);
-    Err(Error::Archive(
-        "the Parquet writer (query/src/export.rs) is not merged yet".into(),
-    ))
+    crate::export::write_attempts(attempts, crate::export::ExportFormat::Parquet, dir)
+        .map(|_| ())
+        .map_err(|e| Error::Archive(e.to_string()))
 }
 
 /// Runs one retention sweep at `now` (µs since the epoch, UTC) over `session`'s ledger (SPEC 6):

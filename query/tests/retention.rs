@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+
 use laneledger_query::Session;
 use laneledger_query::retention::{SweepOptions, SweepOutcome, SweepStep, sweep};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
@@ -96,6 +99,76 @@ fn build(path: &Path) -> Vec<Attempt> {
     all
 }
 
+/// Every row of the Parquet files under `dir` (`day=YYYY-MM-DD/*.parquet`), read back with the
+/// parquet crate's Arrow reader: (day folder, job_id, attempt_no, started_at, ended_at), sorted.
+fn archived(dir: &Path) -> Vec<(String, String, i64, i64, Option<i64>)> {
+    let mut out = Vec::new();
+    for day in std::fs::read_dir(dir).unwrap() {
+        let day = day.unwrap().path();
+        let name = day.file_name().unwrap().to_string_lossy().into_owned();
+        let day_label = name.strip_prefix("day=").expect("hive-style day folder").to_string();
+        for file in std::fs::read_dir(&day).unwrap() {
+            let file = file.unwrap().path();
+            assert_eq!(file.extension().unwrap(), "parquet");
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                std::fs::File::open(&file).unwrap(),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+            for b in reader {
+                let b = b.unwrap();
+                let job = b.column_by_name("job_id").unwrap().as_string::<i32>().clone();
+                let no = b
+                    .column_by_name("attempt_no")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .clone();
+                let started = b
+                    .column_by_name("started_at")
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .clone();
+                let ended = b
+                    .column_by_name("ended_at")
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .clone();
+                for i in 0..b.num_rows() {
+                    out.push((
+                        day_label.clone(),
+                        job.value(i).to_string(),
+                        no.value(i),
+                        started.value(i),
+                        ended.is_valid(i).then(|| ended.value(i)),
+                    ));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The archive rows `attempts` should give.
+fn as_archived(attempts: &[StoredAttempt]) -> Vec<(String, String, i64, i64, Option<i64>)> {
+    let mut out: Vec<_> = attempts
+        .iter()
+        .map(|s| {
+            let a = &s.attempt;
+            (
+                laneledger_store::format_timestamp(a.started_at)[..10].to_string(),
+                a.job_id.clone(),
+                i64::from(a.attempt_no),
+                a.started_at,
+                a.ended_at,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn held(ledger: &Ledger) -> Vec<StoredAttempt> {
     let mut out = Vec::new();
     ledger.for_each_attempt(|a| out.push(a)).unwrap();
@@ -147,9 +220,22 @@ async fn sweep_at_30_days_removes_exactly_the_finished_old_jobs() {
     assert!(plan.jobs.contains(&"far-old".to_string()));
 
     opts.dry_run = false;
+    let archive_root = dir.path().join("archive");
+    opts.archive = Some(archive_root.clone());
+    let before_rows = held(&ledger);
     let SweepOutcome::Swept { record, .. } = sweep(&session, now(), &opts).await.unwrap() else {
         panic!("sweep")
     };
+    // The archive holds exactly the removed rows, each under the day it started.
+    let archive_dir = archive_root.join("sweep-000001");
+    assert_eq!(record.archive.as_deref(), Some(archive_dir.to_str().unwrap()));
+    let gone: Vec<StoredAttempt> = before_rows
+        .iter()
+        .filter(|a| removed.contains_key(&a.attempt.job_id))
+        .cloned()
+        .collect();
+    assert_eq!(gone.len(), rows);
+    assert_eq!(archived(&archive_dir), as_archived(&gone));
     assert_eq!(record.rows_removed, rows as u64);
     assert_eq!(record.jobs_removed, removed.len() as u64);
     assert_eq!(record.digest, plan.digest_hex());
@@ -263,10 +349,12 @@ async fn ten_interrupted_sweeps_converge_to_the_uninterrupted_one() {
         std::fs::copy(&base, &path).unwrap();
         let ledger = Ledger::open(&path).unwrap();
         let session = Session::new(ledger.clone()).await.unwrap();
-        sweep(&session, now(), &SweepOptions::new(rule())).await.unwrap();
-        state(&ledger)
+        let mut opts = SweepOptions::new(rule());
+        opts.archive = Some(dir.path().join("ref-archive"));
+        sweep(&session, now(), &opts).await.unwrap();
+        (state(&ledger), archived(&dir.path().join("ref-archive/sweep-000001")))
     };
-    let steps = [SweepStep::Planned, SweepStep::Archived];
+    let steps = [SweepStep::Planned, SweepStep::ArchiveWritten, SweepStep::Archived];
     let mut rng = SplitMix64::new(5);
     for i in 0..10 {
         let path = dir.path().join(format!("k{i}.redb"));
@@ -276,6 +364,7 @@ async fn ten_interrupted_sweeps_converge_to_the_uninterrupted_one() {
             let ledger = Ledger::open(&path).unwrap();
             let session = Session::new(ledger.clone()).await.unwrap();
             let mut opts = SweepOptions::new(rule());
+            opts.archive = Some(dir.path().join(format!("archive-{i}")));
             opts.abort_after = Some(step);
             let err = sweep(&session, now(), &opts).await.unwrap_err();
             assert!(matches!(err, laneledger_query::Error::Aborted(s) if s == step));
@@ -283,11 +372,20 @@ async fn ten_interrupted_sweeps_converge_to_the_uninterrupted_one() {
         }
         let ledger = Ledger::open(&path).unwrap();
         let session = Session::new(ledger.clone()).await.unwrap();
+        let mut opts = SweepOptions::new(rule());
+        opts.archive = Some(dir.path().join(format!("archive-{i}")));
         assert!(matches!(
-            sweep(&session, now(), &SweepOptions::new(rule())).await.unwrap(),
+            sweep(&session, now(), &opts).await.unwrap(),
             SweepOutcome::Swept { .. }
         ));
-        assert_eq!(state(&ledger), reference, "run {i} stopped after {step:?}");
+        assert_eq!(state(&ledger), reference.0, "run {i} stopped after {step:?}");
+        let root = dir.path().join(format!("archive-{i}"));
+        assert_eq!(archived(&root.join("sweep-000001")), reference.1, "run {i}");
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["sweep-000001"], "run {i}: no partial archive left");
         assert!(ledger.verify().unwrap().is_clean());
     }
 }

@@ -3,9 +3,11 @@
 mod demo;
 mod drill;
 mod ingest;
+mod retain;
 mod review;
 mod serve;
 mod sql;
+mod verify;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -35,7 +37,31 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             config,
         } => review::run(&db.db, week.as_deref(), format, config.as_deref()),
-        Command::Serve { db, addr, config } => serve::run(&db.db, addr, config.as_deref()),
+        Command::Serve {
+            db,
+            addr,
+            config,
+            retain_every,
+        } => {
+            retain::schedule_in_serve(retain_every);
+            serve::run(&db.db, addr, config.as_deref())
+        }
+        Command::Retain {
+            db,
+            days,
+            dry_run,
+            archive,
+            config,
+            now,
+        } => retain::run(retain::Args {
+            db: db.db,
+            days,
+            dry_run,
+            archive,
+            config,
+            now,
+        }),
+        Command::Verify { db, now } => verify::run(&db.db, now.as_deref()),
         Command::Drill {
             jobs,
             policy,

@@ -28,6 +28,7 @@ pub fn serve_ledger(
             thresholds: session.thresholds(),
             session,
         };
+        super::retain::spawn_scheduled(&state);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
