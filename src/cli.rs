@@ -179,6 +179,40 @@ pub enum Command {
         config: Option<PathBuf>,
         #[command(flatten)]
         server: ServerArgs,
+        /// Run a retention sweep (SPEC 6) this often while serving: `90s`, `30m`, `1h`, `1d`;
+        /// `0` turns it off.
+        #[arg(long, default_value = "1h", value_parser = parse_every)]
+        retain_every: std::time::Duration,
+    },
+    /// Remove finished jobs older than the retention window (SPEC 6), archiving them first when
+    /// asked; each sweep that removes something leaves a `retention_sweep` row.
+    Retain {
+        #[command(flatten)]
+        db: DbArg,
+        /// Days to keep; lane.yaml `retention.days` (30) by default.
+        #[arg(long)]
+        days: Option<u32>,
+        /// Print what would be removed; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Archive what is removed first, as Parquet partitioned by day, under DIR/sweep-NNNNNN.
+        #[arg(long, value_name = "DIR")]
+        archive: Option<PathBuf>,
+        /// lane.yaml (`retention.days`, `reconcile.late_completion_window_s`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The sweep's clock (RFC 3339), for tests; the system clock by default.
+        #[arg(long, hide = true)]
+        now: Option<String>,
+    },
+    /// Check the ledger's hash chain and every record against it; exit 0 when clean, 4 when a
+    /// record was changed, removed, added or reordered (the first one is named).
+    Verify {
+        #[command(flatten)]
+        db: DbArg,
+        /// The time logged for this run (RFC 3339), for tests; the system clock by default.
+        #[arg(long, hide = true)]
+        now: Option<String>,
     },
     /// Generate seed 000's drill as attempt NDJSON, synthetic or replaying a request trace.
     Drill {
@@ -240,4 +274,24 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+}
+
+/// Parses `--retain-every`: a whole number with `s`, `m`, `h` or `d`, or `0` for off.
+pub fn parse_every(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let (n, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 30m, 1h or 1d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?} is not a duration like 90s, 30m, 1h or 1d")),
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
 }

@@ -28,6 +28,12 @@ pub enum Error {
     /// The week label is not `YYYY-Www`.
     #[error("{0:?} is not an ISO week like 2026-W47")]
     BadWeek(String),
+    /// A retention sweep stopped at a fault-injection step (tests only).
+    #[error("sweep aborted after {0:?}")]
+    Aborted(crate::retention::SweepStep),
+    /// Writing a retention sweep's archive failed; nothing was removed.
+    #[error("archiving the sweep: {0}")]
+    Archive(String),
     /// The ledger failed.
     #[error(transparent)]
     Store(#[from] laneledger_store::Error),

@@ -1,7 +1,8 @@
 //! laneledger's query layer: SQL over the ledger with Apache DataFusion.
 //!
 //! A [`Session`] registers the ledger's tables (`job_attempt`, `attempt_conflict`,
-//! `ingest_reject`, `gate_decision`, `decision_conflict`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
+//! `ingest_reject`, `gate_decision`, `decision_conflict`, and SPEC 6's `retention_sweep`, `week_snapshot`,
+//! `verify_run`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
 //! boolean-summing rule ([`sqlite_sum()`]), creates seed 000's `job_rollup` view from its own text
 //! and the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
 //! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
@@ -29,6 +30,7 @@ pub mod job_attempt;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;
+pub mod retention;
 pub mod sections;
 pub mod session;
 pub mod sqlite_sum;

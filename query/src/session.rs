@@ -17,10 +17,10 @@ use crate::error::{Error, Result};
 use crate::ledger_table::{LedgerTable, ReadFn};
 use crate::sqlite_sum::sqlite_sum;
 use crate::views::VIEWS;
-use crate::{attempt_conflict, decision_conflict, gate_decision, ingest_reject, job_attempt};
+use crate::{attempt_conflict, decision_conflict, gate_decision, ingest_reject, job_attempt, retention};
 
 /// The tables every session has: (name, one-line description).
-pub const TABLES: [(&str, &str); 5] = [
+pub const TABLES: [(&str, &str); 8] = [
     (
         "job_attempt",
         "one row per attempt: seed 000's columns, then refusal detail, error_kind, attrs, ingested_at",
@@ -40,6 +40,18 @@ pub const TABLES: [(&str, &str); 5] = [
     (
         "ingest_reject",
         "lines that could not be read, with source, line, field and reason",
+    ),
+    (
+        "retention_sweep",
+        "one row per retention sweep (SPEC 6): when, cutoff, jobs and rows removed, archive, digest",
+    ),
+    (
+        "week_snapshot",
+        "weekly_metrics rows kept for ISO weeks whose attempts a sweep removed",
+    ),
+    (
+        "verify_run",
+        "each laneledger verify: when, clean or not, the first bad record",
     ),
 ];
 
@@ -149,6 +161,21 @@ impl Session {
                 "decision_conflict",
                 decision_conflict::schema(),
                 Arc::new(decision_conflict::scan),
+            ),
+            (
+                "retention_sweep",
+                retention::sweep_schema(),
+                Arc::new(retention::scan_sweeps),
+            ),
+            (
+                "week_snapshot",
+                retention::week_snapshot_schema(),
+                Arc::new(retention::scan_week_snapshots),
+            ),
+            (
+                "verify_run",
+                retention::verify_run_schema(),
+                Arc::new(retention::scan_verify_runs),
             ),
         ];
         for (name, schema, read) in tables {

@@ -38,6 +38,9 @@ GROUP BY job_id";
 
 /// `weekly_metrics`: seed 000's drill table for each ISO week (SPEC 4), one row a week.
 ///
+/// A week some of whose attempts a retention sweep removed (SPEC 6) shows the figures
+/// `week_snapshot` kept from before the removal, not what is left of it.
+///
 /// A ratio whose denominator is 0 is NULL. `tokens_per_accepted_artifact` divides by unique
 /// accepted artifacts (distinct idem_key with an artifact), as the drill table does;
 /// `tokens_per_artifact` divides by `SUM(artifacts)` of `job_rollup`, as the seed's first query does.
@@ -74,7 +77,8 @@ keys AS (
   SELECT iso_week, COUNT(*) AS unique_accepted_artifacts,
          SUM(artifacts - 1) AS duplicate_artifacts
   FROM per_key GROUP BY iso_week
-)
+),
+live AS (
 SELECT j.iso_week, j.week_start, j.jobs, j.free_attempts, j.paid_attempts, j.total_tokens,
        COALESCE(k.unique_accepted_artifacts, 0) AS unique_accepted_artifacts,
        COALESCE(k.duplicate_artifacts, 0) AS duplicate_artifacts,
@@ -84,7 +88,14 @@ SELECT j.iso_week, j.week_start, j.jobs, j.free_attempts, j.paid_attempts, j.tot
        CAST(j.total_tokens AS DOUBLE) / NULLIF(j.artifacts, 0) AS tokens_per_artifact,
        100.0 * COALESCE(k.duplicate_artifacts, 0) / NULLIF(j.jobs, 0) AS duplicate_artifacts_per_100_jobs,
        CAST(j.cross_lane_jobs AS DOUBLE) / NULLIF(j.jobs, 0) AS cross_lane_retries_per_job
-FROM jobs j LEFT JOIN keys k ON j.iso_week = k.iso_week";
+FROM jobs j LEFT JOIN keys k ON j.iso_week = k.iso_week
+)
+SELECT * FROM live WHERE iso_week NOT IN (SELECT iso_week FROM week_snapshot)
+UNION ALL
+SELECT iso_week, week_start, jobs, free_attempts, paid_attempts, total_tokens, unique_accepted_artifacts,
+       duplicate_artifacts, cross_lane_jobs, artifacts, tokens_per_accepted_artifact, tokens_per_artifact,
+       duplicate_artifacts_per_100_jobs, cross_lane_retries_per_job
+FROM week_snapshot";
 
 /// `duplicate_artifact`: every artifact of each idem_key that has more than one (seed 000's second
 /// query, row by row). Columns: idem_key, artifact_id, job_id, attempt_no, lane, outcome, ended_at.

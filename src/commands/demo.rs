@@ -56,6 +56,8 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyh
         config,
         addr,
         server,
+        // The sample data is older than any retention window: the demo never sweeps it.
+        None,
         Some("laneledger demo: open {url}".to_string()),
     );
     // The demo ledger is scratch: remove it once the server has stopped.

@@ -4,9 +4,11 @@ mod demo;
 mod drill;
 mod export;
 mod ingest;
+mod retain;
 mod review;
 mod serve;
 mod sql;
+mod verify;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -41,7 +43,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             addr,
             config,
             server,
-        } => serve::run(&db.db, addr, config.as_deref(), &server),
+            retain_every,
+        } => serve::run(&db.db, addr, config.as_deref(), &server, retain_every),
+        Command::Retain {
+            db,
+            days,
+            dry_run,
+            archive,
+            config,
+            now,
+        } => retain::run(retain::Args {
+            db: db.db,
+            days,
+            dry_run,
+            archive,
+            config,
+            now,
+        }),
+        Command::Verify { db, now } => verify::run(&db.db, now.as_deref()),
         Command::Drill {
             jobs,
             policy,

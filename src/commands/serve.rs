@@ -12,10 +12,16 @@ use laneledger_web::{AppState, Auth, Options, Token, Writer};
 
 use crate::cli::ServerArgs;
 
-pub fn run(db: &Path, addr: SocketAddr, config: Option<&Path>, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+pub fn run(
+    db: &Path,
+    addr: SocketAddr,
+    config: Option<&Path>,
+    server: &ServerArgs,
+    retain_every: Duration,
+) -> anyhow::Result<ExitCode> {
     let config = super::load_config(config)?;
     let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
-    serve_ledger(ledger, config, addr, server, None)
+    serve_ledger(ledger, config, addr, server, Some(retain_every), None)
 }
 
 /// The token from `--token-file`, else `LANELEDGER_TOKEN`, else none.
@@ -57,7 +63,8 @@ fn auth(addr: SocketAddr, server: &ServerArgs) -> anyhow::Result<Auth> {
     })
 }
 
-/// Serves `ledger` on `addr`; prints `banner` (or the URL) once listening. On SIGTERM or Ctrl-C
+/// Serves `ledger` on `addr`, sweeping it every `retain_every` (none when `None` or zero); prints
+/// `banner` (or the URL) once listening. On SIGTERM or Ctrl-C
 /// it stops taking connections, answers the requests in flight, lets the writer commit every
 /// batch it took, and returns.
 pub fn serve_ledger(
@@ -65,6 +72,7 @@ pub fn serve_ledger(
     config: LaneConfig,
     addr: SocketAddr,
     server: &ServerArgs,
+    retain_every: Option<Duration>,
     banner: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let auth = auth(addr, server)?;
@@ -87,6 +95,7 @@ pub fn serve_ledger(
         let state = AppState::new(session.clone(), session.thresholds())
             .with_writer(writer, auth)
             .with_options(options);
+        super::retain::spawn_scheduled(&state, retain_every);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;

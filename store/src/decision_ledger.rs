@@ -7,6 +7,7 @@
 
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
+use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::decision::{
     DecisionConflict, DecisionConflictRecord, DecisionRecord, IncomingDecision, StoredDecision, merge_decision,
 };
@@ -50,6 +51,7 @@ impl Ledger {
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
             let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
+            let mut chain = ChainWriter::open(&txn, get(CHAIN_ENTRIES)?)?;
             let mut next_seq = get(NEXT_DECISION_SEQ)?;
             let mut next_conflict = get(NEXT_DECISION_CONFLICT)?;
             let mut next_reject = get(NEXT_REJECT)?;
@@ -63,7 +65,9 @@ impl Ledger {
                             field: reject.field.clone(),
                             reason: reject.reason.clone(),
                         };
-                        rejects.insert(next_reject, encode(&RejectRecord::V1(reject)).as_slice())?;
+                        let value = encode(&RejectRecord::V1(reject));
+                        rejects.insert(next_reject, value.as_slice())?;
+                        chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
                         r
                     }
                     IncomingDecision::Decision {
@@ -85,18 +89,27 @@ impl Ledger {
                                     seq: next_seq,
                                     ingested_at: now,
                                 };
-                                let d = &stored.decision;
-                                decisions.insert(
-                                    (d.job_id.as_str(), d.decided_at),
-                                    encode(&DecisionRecord::V1(stored.clone())).as_slice(),
-                                )?;
+                                let value = encode(&DecisionRecord::V1(stored.clone()));
+                                let d = stored.decision;
+                                decisions.insert((d.job_id.as_str(), d.decided_at), value.as_slice())?;
+                                let key = RecordKey::Decision {
+                                    job_id: d.job_id,
+                                    decided_at: d.decided_at,
+                                };
+                                chain.append(EntryKind::Insert, key, &value)?;
                                 WriteResult::Accepted
                             }
                             Some(held) => match merge_decision(&held.decision, &decision) {
                                 Merge::Duplicate => WriteResult::Duplicate,
                                 Merge::Complete(row, fields) => {
                                     let stored = StoredDecision { decision: *row, ..held };
-                                    decisions.insert(key, encode(&DecisionRecord::V1(stored)).as_slice())?;
+                                    let value = encode(&DecisionRecord::V1(stored));
+                                    decisions.insert(key, value.as_slice())?;
+                                    let key = RecordKey::Decision {
+                                        job_id: key.0.to_string(),
+                                        decided_at: key.1,
+                                    };
+                                    chain.append(EntryKind::Update, key, &value)?;
                                     WriteResult::Completed { fields }
                                 }
                                 Merge::Conflict(fields) => {
@@ -111,8 +124,13 @@ impl Ledger {
                                         raw,
                                         received_at: now,
                                     };
-                                    conflicts
-                                        .insert(next_conflict, encode(&DecisionConflictRecord::V1(c)).as_slice())?;
+                                    let value = encode(&DecisionConflictRecord::V1(c));
+                                    conflicts.insert(next_conflict, value.as_slice())?;
+                                    chain.append(
+                                        EntryKind::Insert,
+                                        RecordKey::DecisionConflict(next_conflict),
+                                        &value,
+                                    )?;
                                     WriteResult::Conflict { fields }
                                 }
                             },
@@ -122,6 +140,7 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
+            counter.insert(CHAIN_ENTRIES, chain.count())?;
             counter.insert(NEXT_DECISION_SEQ, next_seq)?;
             counter.insert(NEXT_DECISION_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;

@@ -42,6 +42,26 @@ pub enum Error {
         /// The I/O error.
         error: std::io::Error,
     },
+    /// A run of chain entries a retention sweep was about to remove does not check: the sweep
+    /// refuses to remove records whose chain is broken (run `laneledger verify`).
+    #[error("chain entry {position}: {reason}; run `laneledger verify`")]
+    ChainBroken {
+        /// The chain position at fault.
+        position: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The ledger changed between a sweep's plan and its removal transaction (SPEC 6): nothing
+    /// was removed; run the sweep again.
+    #[error(
+        "the ledger changed while the sweep ran (plan digest {planned}, now {found}); nothing was removed, run it again"
+    )]
+    SweepStale {
+        /// The digest of what the plan would remove (hex).
+        planned: String,
+        /// The digest of what the removal transaction would remove (hex).
+        found: String,
+    },
     /// A redb storage, transaction or commit error.
     #[error("ledger storage: {0}")]
     Storage(#[from] redb::Error),

@@ -12,11 +12,12 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::error::{Error, Result};
 use crate::record::{Attempt, AttemptRecord, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt};
 use crate::tables::{
-    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, COUNTER, DECISION, DECISION_CONFLICT, FORMAT_VERSION,
-    INGEST_REJECT, META,
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT,
+    FORMAT_VERSION, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
 use crate::write_rules::{Merge, merge};
@@ -160,6 +161,9 @@ impl std::fmt::Debug for Ledger {
 impl Ledger {
     /// Opens the ledger at `path`, creating it (and its tables) when it does not exist.
     ///
+    /// A format-version-1 file (before the hash chain) is migrated in the same transaction: its
+    /// records are chained in table order ([`crate::chain`]) and its version becomes 2.
+    ///
     /// Errors: [`Error::AlreadyOpen`] when another process holds the file, [`Error::FormatVersion`]
     /// when a newer laneledger wrote it, [`Error::Storage`] for anything redb reports.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
@@ -173,6 +177,18 @@ impl Ledger {
         {
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value());
+            txn.open_table(ATTEMPT)?;
+            txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            txn.open_table(ATTEMPT_CONFLICT)?;
+            txn.open_table(INGEST_REJECT)?;
+            txn.open_table(COUNTER)?;
+            txn.open_table(DECISION)?;
+            txn.open_table(DECISION_CONFLICT)?;
+            txn.open_table(CHAIN)?;
+            txn.open_table(CHAIN_CHECKPOINT)?;
+            txn.open_table(RETENTION_SWEEP)?;
+            txn.open_table(WEEK_SNAPSHOT)?;
+            txn.open_table(VERIFY_RUN)?;
             match found {
                 Some(v) if v > FORMAT_VERSION => {
                     return Err(Error::FormatVersion {
@@ -181,18 +197,16 @@ impl Ledger {
                         supported: FORMAT_VERSION,
                     });
                 }
+                Some(v) if v < 2 => {
+                    let chained = crate::chain::migrate_v1(&txn)?;
+                    txn.open_table(COUNTER)?.insert(CHAIN_ENTRIES, chained)?;
+                    meta.insert("format_version", FORMAT_VERSION)?;
+                }
                 Some(_) => {}
                 None => {
                     meta.insert("format_version", FORMAT_VERSION)?;
                 }
             }
-            txn.open_table(ATTEMPT)?;
-            txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
-            txn.open_table(ATTEMPT_CONFLICT)?;
-            txn.open_table(INGEST_REJECT)?;
-            txn.open_table(COUNTER)?;
-            txn.open_table(DECISION)?;
-            txn.open_table(DECISION_CONFLICT)?;
         }
         txn.commit()?;
         Ok(Ledger {
@@ -240,6 +254,7 @@ impl Ledger {
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
             let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
+            let mut chain = ChainWriter::open(&txn, get(CHAIN_ENTRIES)?)?;
             let mut next_seq = get(NEXT_SEQ)?;
             let mut next_conflict = get(NEXT_CONFLICT)?;
             let mut next_reject = get(NEXT_REJECT)?;
@@ -253,7 +268,9 @@ impl Ledger {
                             field: reject.field.clone(),
                             reason: reject.reason.clone(),
                         };
-                        rejects.insert(next_reject, encode(&RejectRecord::V1(reject)).as_slice())?;
+                        let value = encode(&RejectRecord::V1(reject));
+                        rejects.insert(next_reject, value.as_slice())?;
+                        chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
                         r
                     }
                     Incoming::Attempt {
@@ -275,19 +292,29 @@ impl Ledger {
                                     seq: next_seq,
                                     ingested_at: now,
                                 };
-                                let a = &stored.attempt;
-                                attempts.insert(
-                                    (a.job_id.as_str(), a.attempt_no),
-                                    encode(&AttemptRecord::V1(stored.clone())).as_slice(),
-                                )?;
+                                let record = AttemptRecord::V1(stored);
+                                let value = encode(&record);
+                                let AttemptRecord::V1(StoredAttempt { attempt: a, .. }) = record;
+                                attempts.insert((a.job_id.as_str(), a.attempt_no), value.as_slice())?;
                                 by_idem.insert(a.idem_key.as_str(), (a.job_id.as_str(), a.attempt_no))?;
+                                let key = RecordKey::Attempt {
+                                    job_id: a.job_id,
+                                    attempt_no: a.attempt_no,
+                                };
+                                chain.append(EntryKind::Insert, key, &value)?;
                                 WriteResult::Accepted
                             }
                             Some(held) => match merge(&held.attempt, &attempt) {
                                 Merge::Duplicate => WriteResult::Duplicate,
                                 Merge::Complete(row, fields) => {
                                     let stored = StoredAttempt { attempt: *row, ..held };
-                                    attempts.insert(key, encode(&AttemptRecord::V1(stored)).as_slice())?;
+                                    let value = encode(&AttemptRecord::V1(stored));
+                                    attempts.insert(key, value.as_slice())?;
+                                    let key = RecordKey::Attempt {
+                                        job_id: key.0.to_string(),
+                                        attempt_no: key.1,
+                                    };
+                                    chain.append(EntryKind::Update, key, &value)?;
                                     WriteResult::Completed { fields }
                                 }
                                 Merge::Conflict(fields) => {
@@ -302,7 +329,13 @@ impl Ledger {
                                         raw,
                                         received_at: now,
                                     };
-                                    conflicts.insert(next_conflict, encode(&ConflictRecord::V1(c)).as_slice())?;
+                                    let value = encode(&ConflictRecord::V1(c));
+                                    conflicts.insert(next_conflict, value.as_slice())?;
+                                    chain.append(
+                                        EntryKind::Insert,
+                                        RecordKey::AttemptConflict(next_conflict),
+                                        &value,
+                                    )?;
                                     WriteResult::Conflict { fields }
                                 }
                             },
@@ -312,6 +345,7 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
+            counter.insert(CHAIN_ENTRIES, chain.count())?;
             counter.insert(NEXT_SEQ, next_seq)?;
             counter.insert(NEXT_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;

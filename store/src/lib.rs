@@ -17,6 +17,7 @@
 //! # Ok::<(), laneledger_store::Error>(())
 //! ```
 
+pub mod chain;
 pub mod config;
 pub mod decision;
 pub mod decision_ledger;
@@ -27,6 +28,7 @@ pub mod ledger;
 pub mod parse;
 pub mod policy;
 pub mod record;
+pub mod retention;
 pub mod tables;
 pub mod time;
 pub mod write_rules;

@@ -28,6 +28,7 @@ mod html;
 pub mod ingest_api;
 mod job;
 pub mod read_api;
+pub mod retention;
 mod review;
 mod sections;
 mod sql_page;
@@ -159,6 +160,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/review", get(read_api::review))
         .route("/v1/sql", post(read_api::sql))
         .route("/metrics", get(read_api::metrics))
+        .route("/retention", get(retention::page))
         .fallback(error::not_found)
         // Pages run SQL on a 2-core box: let a few run at once and queue the rest behind them,
         // inside the timeout, rather than all of them slowing to a crawl together.

@@ -1,0 +1,101 @@
+//! `laneledger retain` (SPEC 6), and the sweep schedule `serve --retain-every` starts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use laneledger_query::Session;
+use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_store::retention::{RetentionRule, SweepPlan};
+use laneledger_store::{format_timestamp, now_micros, parse_timestamp};
+use laneledger_web::AppState;
+
+/// `retain`'s arguments.
+pub struct Args {
+    pub db: PathBuf,
+    pub days: Option<u32>,
+    pub dry_run: bool,
+    pub archive: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub now: Option<String>,
+}
+
+/// Starts the sweep schedule `serve --retain-every` asked for (`None` or zero: none, as for `demo`).
+pub fn spawn_scheduled(state: &AppState, every: Option<Duration>) {
+    if let Some(every) = every
+        && laneledger_web::retention::spawn_schedule(state.clone(), every).is_some()
+    {
+        tracing::info!("retention sweep every {}s", every.as_secs());
+    }
+}
+
+/// The attempts a plan removes, per UTC day of `started_at`: `(day, attempts)`.
+fn per_day(plan: &SweepPlan) -> Vec<(String, usize)> {
+    let mut days = std::collections::BTreeMap::<String, usize>::new();
+    for a in &plan.attempts {
+        *days
+            .entry(format_timestamp(a.attempt.started_at)[..10].to_string())
+            .or_default() += 1;
+    }
+    days.into_iter().collect()
+}
+
+fn describe(plan: &SweepPlan) -> String {
+    let mut s = format!(
+        "{} jobs, {} attempts, every attempt ended before the cutoff {} ({} days before {}); digest {}\nkept: {} old jobs with an open attempt, {} inside a reconcile window of {} s\n",
+        plan.jobs.len(),
+        plan.attempts.len(),
+        format_timestamp(plan.cutoff),
+        plan.rule.days,
+        format_timestamp(plan.now),
+        plan.digest_hex(),
+        plan.kept_open,
+        plan.kept_reconcile,
+        plan.rule.reconcile_window_s,
+    );
+    for (day, n) in per_day(plan) {
+        s += &format!("  {day}  {n} attempts\n");
+    }
+    s
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = super::load_config(args.config.as_deref())?;
+    let mut rule = RetentionRule::from_config(&config);
+    if let Some(days) = args.days {
+        anyhow::ensure!(days > 0, "--days must be at least 1");
+        rule.days = days;
+    }
+    let now = match &args.now {
+        Some(t) => parse_timestamp(t).map_err(|e| anyhow::anyhow!("--now: {e}"))?,
+        None => now_micros(),
+    };
+    let ledger = super::open_existing(&args.db)?;
+    let outcome = super::runtime()?.block_on(async {
+        let session = Session::with_config(ledger, config).await?;
+        let opts = SweepOptions {
+            rule,
+            dry_run: args.dry_run,
+            archive: args.archive.clone(),
+            abort_after: None,
+        };
+        sweep(&session, now, &opts).await
+    });
+    let outcome = outcome.with_context(|| format!("sweeping {}", args.db.display()))?;
+    let text = match outcome {
+        SweepOutcome::DryRun(plan) => format!("dry run, nothing written: would remove {}", describe(&plan)),
+        SweepOutcome::NothingToRemove(plan) => format!(
+            "nothing to remove: no finished job ended before {}; nothing written\n",
+            format_timestamp(plan.cutoff)
+        ),
+        SweepOutcome::Swept { plan, record } => format!(
+            "sweep {}: removed {}{}",
+            record.sweep_no,
+            describe(&plan),
+            record.archive.map(|a| format!("archived to {a}\n")).unwrap_or_default()
+        ),
+    };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,802 @@
+//! The hash chain: every record the ledger appends is chained by SHA-256 to the one before it, in
+//! commit order, inside the write transaction that stores it (SPEC 2: append-only, provably).
+//!
+//! Each chain entry names one record — its table and key ([`RecordKey`]) — and holds the SHA-256
+//! of the record's stored bytes and the SHA-256 of the entry before it. A new attempt row, the
+//! completion of a row, a conflict, a reject, a gate decision, a decision conflict, a retention
+//! sweep, a week snapshot and a checkpoint each append one entry. The entry at position `n` is
+//! stored as its postcard encoding followed by the SHA-256 of that encoding; the first entry links
+//! to 32 zero bytes.
+//!
+//! A retention sweep (SPEC 6) removes old records *and* their chain entries. Where it removes a run
+//! of consecutive entries `first..=last` it leaves a [`Checkpoint`]: the hash the run linked to and
+//! the hash of its last entry, checked before the run is removed. Checkpoints are records of
+//! their own (chained, never removed), so [`Ledger::verify`] walks the chain across removed runs.
+//!
+//! [`Ledger::verify`] checks every entry's hash and link, then every stored record against its
+//! latest entry: a changed, removed, added or reordered record, or a missing, changed or moved
+//! entry, is found, and the first one is named. Verify runs are logged in `verify_run`, outside the
+//! chain (they describe it). Without an anchor kept elsewhere a hash chain cannot tell a ledger
+//! rewritten from some point on, so `verify` prints the chain's tip hash for keeping.
+
+use std::collections::{BTreeMap, HashMap};
+
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::ledger::{Ledger, decode, encode};
+use crate::tables::{
+    ATTEMPT, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT, INGEST_REJECT,
+    RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+};
+use crate::time::format_timestamp;
+
+/// A SHA-256 digest, 32 bytes.
+pub type Hash = [u8; 32];
+
+/// The `prev` of the first entry: 32 zero bytes.
+pub const GENESIS: Hash = [0; 32];
+
+/// The `counter` row holding how many chain positions have been used (the last entry's `n`).
+pub(crate) const CHAIN_ENTRIES: &str = "chain_entries";
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> Hash {
+    Sha256::digest(bytes).into()
+}
+
+/// Lower-case hex of `bytes` (64 characters for a [`Hash`]).
+pub fn to_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Which record a chain entry is about: its table and its key in that table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RecordKey {
+    /// `attempt` (`job_attempt` in SQL), keyed by (job_id, attempt_no).
+    Attempt {
+        /// The job.
+        job_id: String,
+        /// The attempt number.
+        attempt_no: u32,
+    },
+    /// `attempt_conflict`, by arrival number.
+    AttemptConflict(u64),
+    /// `ingest_reject`, by arrival number.
+    IngestReject(u64),
+    /// `decision` (`gate_decision` in SQL), keyed by (job_id, decided_at µs since the epoch, UTC).
+    Decision {
+        /// The job.
+        job_id: String,
+        /// When the gate decided, µs since the epoch, UTC.
+        decided_at: i64,
+    },
+    /// `decision_conflict`, by arrival number.
+    DecisionConflict(u64),
+    /// `retention_sweep`, by sweep number.
+    RetentionSweep(u64),
+    /// `week_snapshot`, by ISO week (`2026-W47`).
+    WeekSnapshot(String),
+    /// `chain_checkpoint`, by the first chain position of the run it stands for.
+    Checkpoint(u64),
+}
+
+impl RecordKey {
+    /// The redb table the record lives in.
+    pub fn table(&self) -> &'static str {
+        match self {
+            RecordKey::Attempt { .. } => "attempt",
+            RecordKey::AttemptConflict(_) => "attempt_conflict",
+            RecordKey::IngestReject(_) => "ingest_reject",
+            RecordKey::Decision { .. } => "decision",
+            RecordKey::DecisionConflict(_) => "decision_conflict",
+            RecordKey::RetentionSweep(_) => "retention_sweep",
+            RecordKey::WeekSnapshot(_) => "week_snapshot",
+            RecordKey::Checkpoint(_) => "chain_checkpoint",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKey {
+    /// The key in words: `job_id=j1 attempt_no=2`, `conflict_no=3`, `iso_week=2026-W47`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordKey::Attempt { job_id, attempt_no } => write!(f, "job_id={job_id} attempt_no={attempt_no}"),
+            RecordKey::AttemptConflict(n) | RecordKey::DecisionConflict(n) => write!(f, "conflict_no={n}"),
+            RecordKey::IngestReject(n) => write!(f, "reject_no={n}"),
+            RecordKey::Decision { job_id, decided_at } => {
+                write!(f, "job_id={job_id} decided_at={}", format_timestamp(*decided_at))
+            }
+            RecordKey::RetentionSweep(n) => write!(f, "sweep_no={n}"),
+            RecordKey::WeekSnapshot(w) => write!(f, "iso_week={w}"),
+            RecordKey::Checkpoint(n) => write!(f, "first_entry={n}"),
+        }
+    }
+}
+
+/// What an entry records about its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryKind {
+    /// The record was stored for the first time.
+    Insert,
+    /// The record's value was replaced: an attempt or decision completed by a later delivery.
+    Update,
+}
+
+/// One chain entry (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainEntry {
+    /// The entry's position from 1; the chain table's key must agree.
+    pub n: u64,
+    /// Insert or update.
+    pub kind: EntryKind,
+    /// The record's table and key.
+    pub key: RecordKey,
+    /// SHA-256 of the record's stored value bytes as this entry wrote them.
+    pub record: Hash,
+    /// The SHA-256 of the entry before (its last 32 stored bytes), or [`GENESIS`].
+    pub prev: Hash,
+}
+
+/// The on-disk entry, versioned.
+#[derive(Deserialize)]
+enum ChainEntryRecord {
+    V1(ChainEntry),
+}
+
+/// The same encoding as [`ChainEntryRecord`], borrowing the entry.
+#[derive(Serialize)]
+enum ChainEntryRef<'a> {
+    V1(&'a ChainEntry),
+}
+
+/// A decoded stored entry: `(entry, stored hash, whether the stored hash matches the contents)`,
+/// or the text of a decoding failure.
+pub type DecodedEntry = std::result::Result<(ChainEntry, Hash, bool), String>;
+
+/// An entry as stored: `(entry, stored hash, whether the stored hash matches the contents)`.
+/// Errors: the text of a decoding failure.
+pub fn decode_entry(stored: &[u8]) -> DecodedEntry {
+    let Some(split) = stored.len().checked_sub(32) else {
+        return Err(format!("{} bytes, shorter than a hash", stored.len()));
+    };
+    let (body, hash) = stored.split_at(split);
+    let hash: Hash = hash.try_into().expect("32 bytes");
+    let ok = sha256(body) == hash;
+    match postcard::from_bytes::<ChainEntryRecord>(body) {
+        Ok(ChainEntryRecord::V1(e)) => Ok((e, hash, ok)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Where a sweep removed the chain entries `first..=last`: the hash the run's first entry linked
+/// to (`before`) and the hash of its last entry (`after`), both checked before removal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The first removed position.
+    pub first: u64,
+    /// The last removed position.
+    pub last: u64,
+    /// The `prev` of entry `first`.
+    pub before: Hash,
+    /// The stored hash of entry `last`.
+    pub after: Hash,
+    /// The sweep that removed the run.
+    pub sweep_no: u64,
+}
+
+/// The on-disk checkpoint, versioned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CheckpointRecord {
+    /// Format version 2 (the chain's first).
+    V1(Checkpoint),
+}
+
+/// Appends entries to the chain inside one write transaction.
+pub(crate) struct ChainWriter<'txn> {
+    table: Table<'txn, u64, &'static [u8]>,
+    next: u64,
+    tip: Hash,
+    body: Vec<u8>,
+}
+
+impl<'txn> ChainWriter<'txn> {
+    /// Opens the chain in `txn`; `counted` is the `chain_entries` counter, so that a tail removed
+    /// behind the ledger's back leaves a gap that `verify` names instead of being reused.
+    pub(crate) fn open(txn: &'txn WriteTransaction, counted: u64) -> Result<Self> {
+        let table = txn.open_table(CHAIN)?;
+        let (last, tip) = match table.last()? {
+            Some((k, v)) => (k.value(), decode_entry(v.value()).map(|(_, h, _)| h).unwrap_or(GENESIS)),
+            None => (0, GENESIS),
+        };
+        Ok(ChainWriter {
+            table,
+            next: last.max(counted) + 1,
+            tip,
+            body: Vec::with_capacity(128),
+        })
+    }
+
+    /// Appends the entry for `key`, whose stored value is `value`.
+    pub(crate) fn append(&mut self, kind: EntryKind, key: RecordKey, value: &[u8]) -> Result<()> {
+        let entry = ChainEntry {
+            n: self.next,
+            kind,
+            key,
+            record: sha256(value),
+            prev: self.tip,
+        };
+        self.body.clear();
+        let mut body = postcard::to_extend(&ChainEntryRef::V1(&entry), std::mem::take(&mut self.body))
+            .expect("chain entries always encode");
+        let hash = sha256(&body);
+        body.extend_from_slice(&hash);
+        self.table.insert(self.next, body.as_slice())?;
+        self.body = body;
+        self.tip = hash;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Positions used so far (the value for the `chain_entries` counter).
+    pub(crate) fn count(&self) -> u64 {
+        self.next - 1
+    }
+
+    /// Removes every entry about a record for which `removed` is true, run of consecutive
+    /// positions by run, after checking each run's hashes and links, and returns a checkpoint per
+    /// run (not yet stored). Errors: [`Error::ChainBroken`] when a run does not check.
+    pub(crate) fn remove_records(
+        &mut self,
+        removed: impl Fn(&RecordKey) -> bool,
+        sweep_no: u64,
+    ) -> Result<Vec<Checkpoint>> {
+        let mut runs: Vec<Vec<(u64, ChainEntry, Hash)>> = Vec::new();
+        let mut open = false;
+        for row in self.table.iter()? {
+            let (k, v) = row?;
+            let n = k.value();
+            let (entry, hash, ok) =
+                decode_entry(v.value()).map_err(|reason| Error::ChainBroken { position: n, reason })?;
+            if !removed(&entry.key) {
+                open = false;
+                continue;
+            }
+            if !ok {
+                return Err(Error::ChainBroken {
+                    position: n,
+                    reason: "entry hash does not match its contents".into(),
+                });
+            }
+            match runs.last_mut() {
+                Some(run) if open && run.last().is_some_and(|(m, _, h)| *m + 1 == n && entry.prev == *h) => {
+                    run.push((n, entry, hash))
+                }
+                Some(run) if open && run.last().is_some_and(|(m, _, _)| *m + 1 == n) => {
+                    return Err(Error::ChainBroken {
+                        position: n,
+                        reason: "entry does not link to the one before it".into(),
+                    });
+                }
+                _ => runs.push(vec![(n, entry, hash)]),
+            }
+            open = true;
+        }
+        let mut checkpoints = Vec::with_capacity(runs.len());
+        for run in runs {
+            let (first, first_entry, _) = &run[0];
+            let (last, _, after) = &run[run.len() - 1];
+            checkpoints.push(Checkpoint {
+                first: *first,
+                last: *last,
+                before: first_entry.prev,
+                after: *after,
+                sweep_no,
+            });
+            for (n, _, _) in &run {
+                self.table.remove(*n)?;
+            }
+        }
+        Ok(checkpoints)
+    }
+}
+
+/// What is wrong with the first bad record [`Ledger::verify`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    /// A chain entry's stored SHA-256 does not match its contents (the entry was changed).
+    EntryChanged,
+    /// A chain entry cannot be decoded.
+    EntryUnreadable,
+    /// A chain entry is stored at another position than the one it was written at (reordered).
+    EntryMoved,
+    /// A chain entry does not link to the entry before it.
+    BrokenLink,
+    /// A chain position is missing and no checkpoint stands for it (an entry removed).
+    EntryMissing,
+    /// A record's stored bytes differ from what its latest chain entry hashed.
+    RecordChanged,
+    /// A chain entry names a record that its table no longer holds.
+    RecordRemoved,
+    /// A stored record that no chain entry names.
+    RecordAdded,
+}
+
+impl Problem {
+    /// The problem in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Problem::EntryChanged => "chain entry changed: its hash does not match its contents",
+            Problem::EntryUnreadable => "chain entry cannot be decoded",
+            Problem::EntryMoved => "chain entry stored at another position than it was written at",
+            Problem::BrokenLink => "chain entry does not link to the entry before it",
+            Problem::EntryMissing => "chain entry missing, and no checkpoint stands for it",
+            Problem::RecordChanged => "record changed: it differs from what its chain entry hashed",
+            Problem::RecordRemoved => "record removed: its chain entry names it but the table does not hold it",
+            Problem::RecordAdded => "record added: no chain entry names it",
+        }
+    }
+}
+
+/// The first bad record of a ledger: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadRecord {
+    /// The redb table: `chain` for a problem with the chain itself, else the record's table
+    /// (`attempt`, `attempt_conflict`, `ingest_reject`, `decision`, `decision_conflict`,
+    /// `retention_sweep`, `week_snapshot`, `chain_checkpoint`).
+    pub table: &'static str,
+    /// The key in words: `n=17` for a chain entry, `job_id=j1 attempt_no=2` for an attempt.
+    pub key: String,
+    /// The chain position: of the entry at fault, or of the record's latest entry; `None` for a
+    /// record that no entry names.
+    pub seq: Option<u64>,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl std::fmt::Display for BadRecord {
+    /// `attempt job_id=j1 attempt_no=2 (chain position 17): record changed: …`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.seq {
+            Some(n) => write!(
+                f,
+                "{} {} (chain position {n}): {}",
+                self.table,
+                self.key,
+                self.problem.describe()
+            ),
+            None => write!(f, "{} {}: {}", self.table, self.key, self.problem.describe()),
+        }
+    }
+}
+
+/// What [`Ledger::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// Chain entries checked.
+    pub entries: u64,
+    /// Stored records checked against their entries.
+    pub records: u64,
+    /// Checkpoints the walk crossed (runs removed by sweeps).
+    pub checkpoints: u64,
+    /// The hash of the last entry (hex), to keep outside the ledger as an anchor.
+    pub tip: String,
+    /// The first bad record, `None` when the ledger is clean.
+    pub first_bad: Option<BadRecord>,
+    /// How many problems were found in all (0 when clean; the chain walk stops at its first).
+    pub problems: u64,
+}
+
+impl VerifyReport {
+    /// True when nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.first_bad.is_none()
+    }
+}
+
+/// One logged `verify` run (table `verify_run`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyRun {
+    /// Run number from 1.
+    pub run_no: u64,
+    /// When it ran, µs since the epoch, UTC.
+    pub at: i64,
+    /// Whether the ledger was clean.
+    pub clean: bool,
+    /// Chain entries checked.
+    pub entries: u64,
+    /// Records checked.
+    pub records: u64,
+    /// The chain's tip hash (hex).
+    pub tip: String,
+    /// The first bad record in words ([`BadRecord`]'s `Display`), when there was one.
+    pub first_bad: Option<String>,
+}
+
+/// The on-disk verify run, versioned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum VerifyRunRecord {
+    V1(VerifyRun),
+}
+
+/// Checks one table's records against the latest entry of each (`expected`, drained as found).
+fn check_table<K: redb::Key + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, &'static [u8]>,
+    key_of: impl Fn(K::SelfType<'_>) -> RecordKey,
+    expected: &mut HashMap<RecordKey, (Hash, u64)>,
+    found: &mut Vec<(u64, BadRecord)>,
+) -> Result<u64> {
+    let table = txn.open_table(def)?;
+    let mut records = 0;
+    for row in table.iter()? {
+        let (k, v) = row?;
+        records += 1;
+        let key = key_of(k.value());
+        match expected.remove(&key) {
+            Some((hash, _)) if hash == sha256(v.value()) => {}
+            Some((_, n)) => found.push((
+                n,
+                BadRecord {
+                    table: key.table(),
+                    key: key.to_string(),
+                    seq: Some(n),
+                    problem: Problem::RecordChanged,
+                },
+            )),
+            None => found.push((
+                u64::MAX,
+                BadRecord {
+                    table: key.table(),
+                    key: key.to_string(),
+                    seq: None,
+                    problem: Problem::RecordAdded,
+                },
+            )),
+        }
+    }
+    Ok(records)
+}
+
+impl Ledger {
+    /// Checks the whole chain and every chained record (see the module docs) from one snapshot.
+    ///
+    /// The chain is walked first, from position 1, crossing removed runs by their checkpoints; the
+    /// first entry that is changed, unreadable, moved, unlinked or missing is the first bad record.
+    /// When the chain holds, each record is compared with its latest entry, and the bad record
+    /// with the lowest chain position is the first (an added record, which has none, comes after).
+    /// Errors: storage errors only; what is wrong with the ledger is in the report.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let txn = self.database().begin_read()?;
+        let chain = txn.open_table(CHAIN)?;
+        let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
+        // Every entry, decoded once; the checkpoints the walk may rely on are those whose stored
+        // bytes match their own (intact) chain entry: a changed checkpoint is named first.
+        let mut rows: Vec<(u64, DecodedEntry)> = Vec::with_capacity(chain.len()? as usize);
+        let mut checkpoint_hashes: HashMap<u64, (Hash, u64)> = HashMap::new();
+        for row in chain.iter()? {
+            let (k, v) = row?;
+            let decoded = decode_entry(v.value());
+            if let Ok((
+                ChainEntry {
+                    key: RecordKey::Checkpoint(first),
+                    record,
+                    n,
+                    ..
+                },
+                _,
+                true,
+            )) = &decoded
+            {
+                checkpoint_hashes.insert(*first, (*record, *n));
+            }
+            rows.push((k.value(), decoded));
+        }
+        let mut checkpoints = BTreeMap::new();
+        let mut bad_checkpoints = Vec::new();
+        for row in txn.open_table(CHAIN_CHECKPOINT)?.iter()? {
+            let (k, v) = row?;
+            let first = k.value();
+            let decoded = decode::<CheckpointRecord>("chain_checkpoint", first, v.value());
+            match (checkpoint_hashes.get(&first), decoded) {
+                (Some((hash, _)), Ok(CheckpointRecord::V1(c))) if *hash == sha256(v.value()) => {
+                    checkpoints.insert(c.first, c);
+                }
+                (Some((_, n)), _) => bad_checkpoints.push((*n, first)),
+                // No entry names it (its entry was removed, or the record forged): the walk or the
+                // record check names what is wrong.
+                (None, Ok(CheckpointRecord::V1(c))) => {
+                    checkpoints.insert(c.first, c);
+                }
+                (None, Err(_)) => {}
+            }
+        }
+        if let Some((n, first)) = bad_checkpoints.into_iter().min() {
+            return Ok(VerifyReport {
+                entries: 0,
+                records: 0,
+                checkpoints: 0,
+                tip: String::new(),
+                first_bad: Some(BadRecord {
+                    table: "chain_checkpoint",
+                    key: RecordKey::Checkpoint(first).to_string(),
+                    seq: Some(n),
+                    problem: Problem::RecordChanged,
+                }),
+                problems: 1,
+            });
+        }
+        let chain_bad = |n: u64, problem| VerifyReport {
+            entries: n.saturating_sub(1),
+            records: 0,
+            checkpoints: 0,
+            tip: String::new(),
+            first_bad: Some(BadRecord {
+                table: "chain",
+                key: format!("n={n}"),
+                seq: Some(n),
+                problem,
+            }),
+            problems: 1,
+        };
+        let mut expected: HashMap<RecordKey, (Hash, u64)> = HashMap::with_capacity(chain.len()? as usize);
+        let (mut next, mut prev, mut crossed, mut entries) = (1u64, GENESIS, 0u64, 0u64);
+        // Crosses checkpoints from `next` until position `upto`; false when a gap has none.
+        let cross = |next: &mut u64, prev: &mut Hash, crossed: &mut u64, upto: u64| -> bool {
+            while *next < upto {
+                match checkpoints.get(next) {
+                    Some(c) if c.before == *prev && c.last < upto => {
+                        *prev = c.after;
+                        *next = c.last + 1;
+                        *crossed += 1;
+                    }
+                    _ => return false,
+                }
+            }
+            true
+        };
+        for (n, decoded) in rows {
+            if !cross(&mut next, &mut prev, &mut crossed, n) {
+                return Ok(chain_bad(next, Problem::EntryMissing));
+            }
+            let (entry, hash, ok) = match decoded {
+                Ok(x) => x,
+                Err(_) => return Ok(chain_bad(n, Problem::EntryUnreadable)),
+            };
+            if !ok {
+                return Ok(chain_bad(n, Problem::EntryChanged));
+            }
+            if entry.n != n {
+                return Ok(chain_bad(n, Problem::EntryMoved));
+            }
+            if entry.prev != prev {
+                return Ok(chain_bad(n, Problem::BrokenLink));
+            }
+            expected.insert(entry.key, (entry.record, n));
+            prev = hash;
+            next = n + 1;
+            entries += 1;
+        }
+        if next <= counted && !cross(&mut next, &mut prev, &mut crossed, counted + 1) {
+            return Ok(chain_bad(next, Problem::EntryMissing));
+        }
+        let mut found = Vec::new();
+        let mut records = 0;
+        records += check_table(
+            &txn,
+            ATTEMPT,
+            |(job_id, attempt_no)| RecordKey::Attempt {
+                job_id: job_id.to_string(),
+                attempt_no,
+            },
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(
+            &txn,
+            ATTEMPT_CONFLICT,
+            RecordKey::AttemptConflict,
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(&txn, INGEST_REJECT, RecordKey::IngestReject, &mut expected, &mut found)?;
+        records += check_table(
+            &txn,
+            DECISION,
+            |(job_id, decided_at)| RecordKey::Decision {
+                job_id: job_id.to_string(),
+                decided_at,
+            },
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(
+            &txn,
+            DECISION_CONFLICT,
+            RecordKey::DecisionConflict,
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(
+            &txn,
+            RETENTION_SWEEP,
+            RecordKey::RetentionSweep,
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(
+            &txn,
+            WEEK_SNAPSHOT,
+            |w| RecordKey::WeekSnapshot(w.to_string()),
+            &mut expected,
+            &mut found,
+        )?;
+        records += check_table(&txn, CHAIN_CHECKPOINT, RecordKey::Checkpoint, &mut expected, &mut found)?;
+        for (key, (_, n)) in expected {
+            found.push((
+                n,
+                BadRecord {
+                    table: key.table(),
+                    key: key.to_string(),
+                    seq: Some(n),
+                    problem: Problem::RecordRemoved,
+                },
+            ));
+        }
+        let problems = found.len() as u64;
+        let first_bad = found
+            .into_iter()
+            .min_by(|(a, x), (b, y)| (a, x.table, &x.key).cmp(&(b, y.table, &y.key)))
+            .map(|(_, b)| b);
+        Ok(VerifyReport {
+            entries,
+            records,
+            checkpoints: crossed,
+            tip: to_hex(&prev),
+            first_bad,
+            problems,
+        })
+    }
+
+    /// Logs one verify run at `at` (µs since the epoch, UTC) in `verify_run` and returns its
+    /// number. The log sits outside the chain: it describes the chain.
+    pub fn record_verify(&self, at: i64, report: &VerifyReport) -> Result<u64> {
+        let txn = self.database().begin_write()?;
+        let run_no;
+        {
+            let mut t = txn.open_table(VERIFY_RUN)?;
+            run_no = t.last()?.map_or(0, |(k, _)| k.value()) + 1;
+            let run = VerifyRun {
+                run_no,
+                at,
+                clean: report.is_clean(),
+                entries: report.entries,
+                records: report.records,
+                tip: report.tip.clone(),
+                first_bad: report.first_bad.as_ref().map(ToString::to_string),
+            };
+            t.insert(run_no, encode(&VerifyRunRecord::V1(run)).as_slice())?;
+        }
+        txn.commit()?;
+        self.bump_generation();
+        Ok(run_no)
+    }
+
+    /// Every logged verify run, oldest first.
+    pub fn verify_runs(&self) -> Result<Vec<VerifyRun>> {
+        let txn = self.database().begin_read()?;
+        let t = txn.open_table(VERIFY_RUN)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            match decode::<VerifyRunRecord>("verify_run", k.value(), v.value())? {
+                VerifyRunRecord::V1(r) => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every chain entry with its position, oldest first (for audits and tests).
+    pub fn chain_entries(&self) -> Result<Vec<ChainEntry>> {
+        let txn = self.database().begin_read()?;
+        let t = txn.open_table(CHAIN)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (entry, _, _) = decode_entry(v.value()).map_err(|reason| Error::Corrupt {
+                table: "chain",
+                key: k.value().to_string(),
+                reason,
+            })?;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    /// Every checkpoint sweeps left, by first position.
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        let txn = self.database().begin_read()?;
+        let t = txn.open_table(CHAIN_CHECKPOINT)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            match decode::<CheckpointRecord>("chain_checkpoint", k.value(), v.value())? {
+                CheckpointRecord::V1(c) => out.push(c),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Chains every record of a format-version-1 ledger, in table order (attempts and decisions by
+/// their append `seq`, conflicts and rejects by arrival number), inside `txn`.
+pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
+    let mut chain = ChainWriter::open(txn, 0)?;
+    {
+        let t = txn.open_table(ATTEMPT)?;
+        let mut rows: Vec<(u64, RecordKey, Vec<u8>)> = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (job_id, attempt_no) = k.value();
+            let seq = crate::ledger::decode_attempt(v.value())?.seq;
+            rows.push((
+                seq,
+                RecordKey::Attempt {
+                    job_id: job_id.to_string(),
+                    attempt_no,
+                },
+                v.value().to_vec(),
+            ));
+        }
+        rows.sort_by_key(|r| r.0);
+        for (_, key, value) in rows {
+            chain.append(EntryKind::Insert, key, &value)?;
+        }
+    }
+    for (def, key_of) in [
+        (ATTEMPT_CONFLICT, RecordKey::AttemptConflict as fn(u64) -> RecordKey),
+        (INGEST_REJECT, RecordKey::IngestReject),
+    ] {
+        let t = txn.open_table(def)?;
+        for row in t.iter()? {
+            let (k, v) = row?;
+            chain.append(EntryKind::Insert, key_of(k.value()), v.value())?;
+        }
+    }
+    {
+        let t = txn.open_table(DECISION)?;
+        let mut rows: Vec<(u64, RecordKey, Vec<u8>)> = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (job_id, decided_at) = k.value();
+            let seq = crate::decision_ledger::decode_decision(v.value())?.seq;
+            rows.push((
+                seq,
+                RecordKey::Decision {
+                    job_id: job_id.to_string(),
+                    decided_at,
+                },
+                v.value().to_vec(),
+            ));
+        }
+        rows.sort_by_key(|r| r.0);
+        for (_, key, value) in rows {
+            chain.append(EntryKind::Insert, key, &value)?;
+        }
+    }
+    {
+        let t = txn.open_table(DECISION_CONFLICT)?;
+        for row in t.iter()? {
+            let (k, v) = row?;
+            chain.append(EntryKind::Insert, RecordKey::DecisionConflict(k.value()), v.value())?;
+        }
+    }
+    Ok(chain.count())
+}

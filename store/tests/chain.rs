@@ -1,0 +1,387 @@
+//! The hash chain: a clean ledger verifies (before and after a retention sweep), and 1,000 random
+//! single-record tampers done directly on the redb tables are each found, with the first bad
+//! record named.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use laneledger_store::chain::{Problem, RecordKey};
+use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+use laneledger_store::retention::{DAY_MICROS, RetentionRule};
+use laneledger_store::tables::{
+    ATTEMPT, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP,
+    WEEK_SNAPSHOT,
+};
+use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
+use redb::ReadableDatabase;
+
+const START: &str = "2026-09-01T00:00:00Z";
+
+/// 60 days of drill jobs delivered open and then completed, with conflicts, rejects and gate
+/// decisions (one completed, one in conflict, one unreadable line).
+fn build(path: &Path) -> Ledger {
+    let ledger = Ledger::open(path).unwrap();
+    let start = parse_timestamp(START).unwrap();
+    let mut rng = SplitMix64::new(7);
+    let jobs = drill::synthetic_jobs(120, start, 60.0, &mut rng);
+    let cfg = DrillConfig {
+        policy: Policy::NoPin,
+        seed: 7,
+        job_prefix: "t-".into(),
+    };
+    let attempts = drill::run(&cfg, &jobs, &mut rng);
+    let mut text = String::new();
+    for (i, a) in attempts.iter().enumerate() {
+        if i % 3 == 0 {
+            let mut open = a.clone();
+            open.ended_at = None;
+            open.outcome = None;
+            open.artifact_id = None;
+            text += &format!("{}\n", open.to_json());
+        }
+        text += &format!("{}\n", a.to_json());
+        if i % 17 == 5 {
+            let mut changed = a.clone();
+            changed.tokens_in = Some(a.tokens_in.unwrap_or(0) + 1);
+            text += &format!("{}\n", changed.to_json());
+        }
+        if i % 29 == 0 {
+            text += "{not json\n";
+        }
+    }
+    ingest_reader(&ledger, "a.ndjson", text.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    let decisions = r#"{"job_id":"t-1","decided_at":"2026-09-01T09:00:00Z","queue_age_s":12,"expected_service_s":8,"retry_tax_s":8,"deadline_slack_s":90,"decision":"admit_free"}
+{"job_id":"t-1","decided_at":"2026-09-01T09:00:00Z","queue_age_s":12,"expected_service_s":8,"retry_tax_s":8,"deadline_slack_s":90,"decision":"admit_free","slack_miss":true}
+{"job_id":"t-1","decided_at":"2026-09-01T09:00:00Z","queue_age_s":12,"expected_service_s":8,"retry_tax_s":8,"deadline_slack_s":90,"decision":"defer"}
+{"job_id":"t-2","decided_at":"2026-10-20T09:01:00Z","queue_age_s":50,"expected_service_s":8,"retry_tax_s":8,"deadline_slack_s":40,"decision":"defer"}
+oops
+"#;
+    ingest_decisions_reader(
+        &ledger,
+        "d.ndjson",
+        decisions.as_bytes(),
+        InputFormat::Ndjson,
+        DEFAULT_BATCH,
+        |_| {},
+    )
+    .unwrap();
+    ledger
+}
+
+/// A sweep at START + 60 days keeping 30.
+fn sweep(ledger: &Ledger) {
+    let now = parse_timestamp(START).unwrap() + 60 * DAY_MICROS;
+    let rule = RetentionRule {
+        days: 30,
+        reconcile_window_s: 900,
+    };
+    let plan = ledger.plan_sweep(now, rule).unwrap();
+    assert!(!plan.is_empty());
+    let record = ledger.commit_sweep(&plan, None, &[]).unwrap().unwrap();
+    assert!(record.checkpoints > 0);
+}
+
+/// The stored bytes of the record `key` names, through the redb tables.
+fn get(ledger: &Ledger, key: &RecordKey) -> Option<Vec<u8>> {
+    let txn = ledger.database().begin_read().unwrap();
+    let v = |g: Option<redb::AccessGuard<'_, &[u8]>>| g.map(|g| g.value().to_vec());
+    match key {
+        RecordKey::Attempt { job_id, attempt_no } => v(txn
+            .open_table(ATTEMPT)
+            .unwrap()
+            .get((job_id.as_str(), *attempt_no))
+            .unwrap()),
+        RecordKey::Decision { job_id, decided_at } => v(txn
+            .open_table(DECISION)
+            .unwrap()
+            .get((job_id.as_str(), *decided_at))
+            .unwrap()),
+        RecordKey::WeekSnapshot(w) => v(txn.open_table(WEEK_SNAPSHOT).unwrap().get(w.as_str()).unwrap()),
+        _ => {
+            let (def, n) = numbered(key);
+            v(txn.open_table(def).unwrap().get(n).unwrap())
+        }
+    }
+}
+
+fn numbered(key: &RecordKey) -> (redb::TableDefinition<'static, u64, &'static [u8]>, u64) {
+    match key {
+        RecordKey::AttemptConflict(n) => (ATTEMPT_CONFLICT, *n),
+        RecordKey::IngestReject(n) => (INGEST_REJECT, *n),
+        RecordKey::DecisionConflict(n) => (DECISION_CONFLICT, *n),
+        RecordKey::RetentionSweep(n) => (RETENTION_SWEEP, *n),
+        RecordKey::Checkpoint(n) => (CHAIN_CHECKPOINT, *n),
+        other => unreachable!("{other:?}"),
+    }
+}
+
+/// Stores `value` under `key` (`None` removes it), directly in the redb table.
+fn put(ledger: &Ledger, key: &RecordKey, value: Option<&[u8]>) {
+    let txn = ledger.database().begin_write().unwrap();
+    match key {
+        RecordKey::Attempt { job_id, attempt_no } => {
+            let mut t = txn.open_table(ATTEMPT).unwrap();
+            match value {
+                Some(v) => drop(t.insert((job_id.as_str(), *attempt_no), v).unwrap()),
+                None => drop(t.remove((job_id.as_str(), *attempt_no)).unwrap()),
+            }
+        }
+        RecordKey::Decision { job_id, decided_at } => {
+            let mut t = txn.open_table(DECISION).unwrap();
+            match value {
+                Some(v) => drop(t.insert((job_id.as_str(), *decided_at), v).unwrap()),
+                None => drop(t.remove((job_id.as_str(), *decided_at)).unwrap()),
+            }
+        }
+        RecordKey::WeekSnapshot(w) => {
+            let mut t = txn.open_table(WEEK_SNAPSHOT).unwrap();
+            match value {
+                Some(v) => drop(t.insert(w.as_str(), v).unwrap()),
+                None => drop(t.remove(w.as_str()).unwrap()),
+            }
+        }
+        _ => {
+            let (def, n) = numbered(key);
+            let mut t = txn.open_table(def).unwrap();
+            match value {
+                Some(v) => drop(t.insert(n, v).unwrap()),
+                None => drop(t.remove(n).unwrap()),
+            }
+        }
+    }
+    txn.commit().unwrap();
+}
+
+fn chain_get(ledger: &Ledger, n: u64) -> Vec<u8> {
+    let txn = ledger.database().begin_read().unwrap();
+    let t = txn.open_table(CHAIN).unwrap();
+    t.get(n).unwrap().unwrap().value().to_vec()
+}
+
+fn chain_put(ledger: &Ledger, n: u64, value: Option<&[u8]>) {
+    let txn = ledger.database().begin_write().unwrap();
+    {
+        let mut t = txn.open_table(CHAIN).unwrap();
+        match value {
+            Some(v) => drop(t.insert(n, v).unwrap()),
+            None => drop(t.remove(n).unwrap()),
+        }
+    }
+    txn.commit().unwrap();
+}
+
+/// What verify must name: (table, key, seq, the problems allowed).
+type Expected = (&'static str, String, Option<u64>, Vec<Problem>);
+
+fn tamper_all(clean: &Path, trials: usize, seed: u64) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let (entries, latest) = {
+        let l = Ledger::open(clean).unwrap();
+        let entries = l.chain_entries().unwrap();
+        let mut latest: HashMap<RecordKey, u64> = HashMap::new();
+        for e in &entries {
+            latest.insert(e.key.clone(), e.n);
+        }
+        (entries, latest)
+    };
+    let positions: Vec<u64> = entries.iter().map(|e| e.n).collect();
+    let mut keys: Vec<RecordKey> = latest.keys().cloned().collect();
+    keys.sort();
+    let mut rng = SplitMix64::new(seed);
+    let mut pick = |n: usize| (rng.next_u64() % n as u64) as usize;
+    let mut detected = 0;
+    for trial in 0..trials {
+        let path = dir.path().join(format!("t{trial}.redb"));
+        std::fs::copy(clean, &path).unwrap();
+        let l = Ledger::open(&path).unwrap();
+        let kind = pick(7);
+        let expected: Expected = match kind {
+            // A record's bytes changed (one byte flipped).
+            0 => {
+                let key = &keys[pick(keys.len())];
+                let mut v = get(&l, key).unwrap();
+                let i = pick(v.len());
+                v[i] ^= 1 + pick(255) as u8;
+                put(&l, key, Some(&v));
+                (
+                    key.table(),
+                    key.to_string(),
+                    Some(latest[key]),
+                    vec![Problem::RecordChanged],
+                )
+            }
+            // A record deleted.
+            1 => {
+                let key = &keys[pick(keys.len())];
+                put(&l, key, None);
+                if let RecordKey::Checkpoint(first) = key {
+                    // Without its checkpoint the removed run is a gap in the chain.
+                    ("chain", format!("n={first}"), Some(*first), vec![Problem::EntryMissing])
+                } else {
+                    (
+                        key.table(),
+                        key.to_string(),
+                        Some(latest[key]),
+                        vec![Problem::RecordRemoved],
+                    )
+                }
+            }
+            // Two records of one table swapped (a reordering).
+            2 => {
+                let a = keys[pick(keys.len())].clone();
+                let same: Vec<&RecordKey> = keys
+                    .iter()
+                    .filter(|k| k.table() == a.table() && **k != a && get(&l, k) != get(&l, &a))
+                    .collect();
+                if same.is_empty() {
+                    let mut v = get(&l, &a).unwrap();
+                    v.push(0);
+                    put(&l, &a, Some(&v));
+                    (a.table(), a.to_string(), Some(latest[&a]), vec![Problem::RecordChanged])
+                } else {
+                    let b = same[pick(same.len())].clone();
+                    let (va, vb) = (get(&l, &a).unwrap(), get(&l, &b).unwrap());
+                    put(&l, &a, Some(&vb));
+                    put(&l, &b, Some(&va));
+                    let first = if latest[&a] < latest[&b] { &a } else { &b };
+                    (
+                        first.table(),
+                        first.to_string(),
+                        Some(latest[first]),
+                        vec![Problem::RecordChanged],
+                    )
+                }
+            }
+            // A chain entry changed.
+            3 => {
+                let n = positions[pick(positions.len())];
+                let mut v = chain_get(&l, n);
+                let i = pick(v.len());
+                v[i] ^= 1 + pick(255) as u8;
+                chain_put(&l, n, Some(&v));
+                (
+                    "chain",
+                    format!("n={n}"),
+                    Some(n),
+                    vec![Problem::EntryChanged, Problem::EntryUnreadable],
+                )
+            }
+            // A chain entry deleted.
+            4 => {
+                let n = positions[pick(positions.len())];
+                chain_put(&l, n, None);
+                ("chain", format!("n={n}"), Some(n), vec![Problem::EntryMissing])
+            }
+            // Two chain entries swapped (a reordering).
+            5 => {
+                let i = pick(positions.len() - 1);
+                let j = i + 1 + pick(positions.len() - 1 - i);
+                let (a, b) = (positions[i], positions[j]);
+                let (va, vb) = (chain_get(&l, a), chain_get(&l, b));
+                chain_put(&l, a, Some(&vb));
+                chain_put(&l, b, Some(&va));
+                ("chain", format!("n={a}"), Some(a), vec![Problem::EntryMoved])
+            }
+            // A record added under a new key (a copy of another attempt's bytes).
+            _ => {
+                let src = keys.iter().find(|k| matches!(k, RecordKey::Attempt { .. })).unwrap();
+                let v = get(&l, src).unwrap();
+                let key = RecordKey::Attempt {
+                    job_id: format!("forged-{trial}"),
+                    attempt_no: 1,
+                };
+                put(&l, &key, Some(&v));
+                ("attempt", key.to_string(), None, vec![Problem::RecordAdded])
+            }
+        };
+        let report = l.verify().unwrap();
+        let bad = report
+            .first_bad
+            .unwrap_or_else(|| panic!("trial {trial} (kind {kind}) not detected: {expected:?}"));
+        assert_eq!(
+            (bad.table, bad.key.clone(), bad.seq),
+            (expected.0, expected.1.clone(), expected.2),
+            "trial {trial} (kind {kind})"
+        );
+        assert!(expected.3.contains(&bad.problem), "trial {trial}: {bad}");
+        detected += 1;
+        drop(l);
+        std::fs::remove_file(&path).unwrap();
+    }
+    detected
+}
+
+#[test]
+fn a_clean_ledger_verifies_before_and_after_a_sweep_and_1000_tampers_are_all_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = dir.path().join("clean.redb");
+    let swept = dir.path().join("swept.redb");
+    {
+        let l = build(&clean);
+        let r = l.verify().unwrap();
+        assert!(r.is_clean(), "{:?}", r.first_bad);
+        assert_eq!(r.problems, 0);
+        assert_eq!(r.entries, l.chain_entries().unwrap().len() as u64);
+        assert!(r.records > 100);
+    }
+    std::fs::copy(&clean, &swept).unwrap();
+    {
+        let l = Ledger::open(&swept).unwrap();
+        sweep(&l);
+        let r = l.verify().unwrap();
+        assert!(r.is_clean(), "{:?}", r.first_bad);
+        assert!(r.checkpoints > 0);
+        // Writes after a sweep chain on from the sweep's entries.
+        let more = format!(
+            "{}\n",
+            r#"{"job_id":"late","idem_key":"late","attempt_no":1,"lane":"free","started_at":"2026-11-01T00:00:00Z"}"#
+        );
+        ingest_reader(&l, "b.ndjson", more.as_bytes(), InputFormat::Ndjson, 10, |_| {}).unwrap();
+        assert!(l.verify().unwrap().is_clean());
+    }
+    assert_eq!(tamper_all(&clean, 500, 1), 500);
+    assert_eq!(tamper_all(&swept, 500, 2), 500);
+}
+
+#[test]
+fn verify_runs_are_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = build(&dir.path().join("l.redb"));
+    let r = l.verify().unwrap();
+    assert_eq!(l.record_verify(1_000, &r).unwrap(), 1);
+    let runs = l.verify_runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].clean);
+    assert_eq!(runs[0].tip, r.tip);
+    assert_eq!(runs[0].at, 1_000);
+}
+
+#[test]
+fn a_format_1_ledger_is_chained_when_opened() {
+    use laneledger_store::tables::{COUNTER, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.redb");
+    {
+        // A version 1 file: the same records, no chain.
+        let l = build(&path);
+        let txn = l.database().begin_write().unwrap();
+        txn.delete_table(CHAIN).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
+        txn.open_table(COUNTER).unwrap().remove("chain_entries").unwrap();
+        txn.commit().unwrap();
+    }
+    let l = Ledger::open(&path).unwrap();
+    let r = l.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.first_bad);
+    assert_eq!(r.entries, r.records);
+    let txn = l.database().begin_read().unwrap();
+    assert_eq!(
+        txn.open_table(META)
+            .unwrap()
+            .get("format_version")
+            .unwrap()
+            .unwrap()
+            .value(),
+        laneledger_store::tables::FORMAT_VERSION
+    );
+}
