@@ -72,16 +72,6 @@ fn main() {
         rows += r;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let metrics = agent(Duration::from_secs(30))
-        .get(format!("{}/metrics", srv.base))
-        .call()
-        .and_then(|mut r| r.body_mut().read_to_string())
-        .unwrap_or_default();
-    let commits = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("laneledger_commits_total "))
-        .unwrap_or("?")
-        .to_string();
     assert!(srv.terminate().success());
     latencies.sort();
     let pct = |p: f64| {
@@ -94,7 +84,7 @@ fn main() {
     println!(
         "http_load: {clients} clients x {batch}-attempt batches for {elapsed:.1} s: {rows} attempts acknowledged, \
          {:.0} rows/s sustained; ack latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; errors {}; \
-         {} requests in {commits} group commits; ledger holds {held} rows, {} bytes",
+         {} requests; ledger holds {held} rows, {} bytes",
         rows as f64 / elapsed,
         pct(0.50),
         pct(0.99),

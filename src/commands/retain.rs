@@ -21,13 +21,14 @@ pub struct Args {
     pub now: Option<String>,
 }
 
-/// Starts the sweep schedule `serve --retain-every` asked for (`None` or zero: none, as for `demo`).
-pub fn spawn_scheduled(state: &AppState, every: Option<Duration>) {
-    if let Some(every) = every
-        && laneledger_web::retention::spawn_schedule(state.clone(), every).is_some()
-    {
-        tracing::info!("retention sweep every {}s", every.as_secs());
-    }
+/// Starts the sweep schedule `serve --retain-every` asked for (`None` or zero: none, as for
+/// `demo`). The task holds a clone of the state, writer included: abort it at shutdown so that
+/// the writer can stop.
+pub fn spawn_scheduled(state: &AppState, every: Option<Duration>) -> Option<tokio::task::JoinHandle<()>> {
+    let every = every?;
+    let task = laneledger_web::retention::spawn_schedule(state.clone(), every)?;
+    tracing::info!("retention sweep every {}s", every.as_secs());
+    Some(task)
 }
 
 /// The attempts a plan removes, per UTC day of `started_at`: `(day, attempts)`.

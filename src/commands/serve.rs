@@ -95,7 +95,7 @@ pub fn serve_ledger(
         let state = AppState::new(session.clone(), session.thresholds())
             .with_writer(writer, auth)
             .with_options(options);
-        super::retain::spawn_scheduled(&state, retain_every);
+        let schedule = super::retain::spawn_scheduled(&state, retain_every);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
@@ -108,7 +108,13 @@ pub fn serve_ledger(
         );
         println!("writes {writes}; reads {reads}");
         let served = laneledger_web::serve_until(listener, state, laneledger_web::shutdown_signal()).await;
-        // Every handle to the writer went with the router: it commits what it took, then stops.
+        // Stop the sweep schedule: a step already on a blocking thread finishes (its commit is one
+        // redb transaction; a rerun converges), and the task's handle to the writer goes.
+        if let Some(task) = schedule {
+            task.abort();
+            let _ = task.await;
+        }
+        // Every handle to the writer is gone now: it commits what it took, then stops.
         tokio::task::spawn_blocking(move || writer_thread.join()).await?;
         served?;
         Ok(ExitCode::SUCCESS)
