@@ -132,11 +132,7 @@ impl From<BodyError> for ApiError {
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
-            SubmitError::QueueFull(_) => ApiError {
-                retry_after_s: Some(1),
-                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-            },
-            SubmitError::Stopped => ApiError {
+            SubmitError::QueueFull(_) | SubmitError::Stopped => ApiError {
                 retry_after_s: Some(1),
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             },
@@ -161,7 +157,8 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
         move || -> Result<_, BodyError> {
             let bytes = decompress(&headers, &body, limit)?;
             let framed = frame::<K::Decoder>(&source, body_format(&headers, &bytes), &bytes)?;
-            let idents: Vec<(u64, Map<String, Value>)> = framed
+            // Each result line starts with the record's line and, when it parsed, its identity.
+            let idents: Vec<Map<String, Value>> = framed
                 .iter()
                 .map(|f| {
                     let mut m = Map::new();
@@ -169,13 +166,12 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
                         Framed::Record { line, record, .. } => {
                             m.insert("line".into(), (*line).into());
                             K::identity(record, &mut m);
-                            (*line, m)
                         }
                         Framed::Reject(r) => {
                             m.insert("line".into(), r.line.into());
-                            (r.line, m)
                         }
                     }
+                    m
                 })
                 .collect();
             Ok((K::batch(&source, framed), idents))
@@ -188,7 +184,7 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
     let lines: Vec<Value> = results
         .iter()
         .zip(idents)
-        .map(|(result, (_, mut m))| {
+        .map(|(result, mut m)| {
             totals.add(result);
             if let Ok(Value::Object(fields)) = serde_json::to_value(result) {
                 m.extend(fields);
