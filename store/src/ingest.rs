@@ -27,8 +27,8 @@ pub struct IngestReport {
 trait Kind {
     /// The decoder of one line or row.
     type Decoder: RecordDecoder;
-    /// What the ledger's write call takes.
-    type Incoming;
+    /// What the ledger's write call takes (sent to the writing thread).
+    type Incoming: Send;
     /// A parsed record with its origin.
     fn incoming(
         source: &str,
@@ -132,6 +132,15 @@ pub fn ingest_decisions_reader<R: BufRead>(
     ingest::<Decisions, R>(ledger, source, reader, format, batch, progress)
 }
 
+/// One batch on its way to the writing thread: the records, their line numbers, their names for
+/// conflict messages, and the input bytes read when it was cut (for `progress`).
+type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
+/// A batch written: its results beside its line numbers, names and bytes read.
+type Written = (Vec<WriteResult>, Vec<u64>, Vec<Option<String>>, u64);
+
+/// Parses on this thread while a second thread writes (and fsyncs) the batch before, so decoding
+/// and the commit overlap; batches are written one at a time, in input order, and the report is
+/// built in that order as each commit returns.
 fn ingest<K: Kind, R: BufRead>(
     ledger: &Ledger,
     source: &str,
@@ -142,49 +151,102 @@ fn ingest<K: Kind, R: BufRead>(
 ) -> Result<IngestReport> {
     let mut report = IngestReport::default();
     let mut records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
-    let mut pending: Vec<K::Incoming> = Vec::with_capacity(batch);
-    let mut lines: Vec<u64> = Vec::with_capacity(batch);
-    loop {
-        let next = records.next();
-        let done = next.is_none();
-        match next {
-            Some(Ok(Framed::Record { line, raw, record })) => {
-                lines.push(line);
-                pending.push(K::incoming(source, line, raw, record));
+    std::thread::scope(|scope| {
+        // At most one batch waits while one is being written: memory stays at two batches.
+        let (to_writer, batches) = std::sync::mpsc::sync_channel::<Batch<K::Incoming>>(1);
+        let (to_reader, written) = std::sync::mpsc::channel::<Result<Written>>();
+        scope.spawn(move || {
+            for (pending, lines, names, bytes) in batches {
+                let result = K::write(ledger, pending).map(|results| (results, lines, names, bytes));
+                let failed = result.is_err();
+                if to_reader.send(result).is_err() || failed {
+                    break;
+                }
             }
-            Some(Ok(Framed::Reject(r))) => {
-                lines.push(r.line);
-                pending.push(K::reject(r));
+        });
+        let mut apply = |w: Result<Written>, report: &mut IngestReport| -> Result<()> {
+            let (results, lines, names, bytes) = w?;
+            record_results(source, &results, lines, names, report);
+            progress(bytes);
+            Ok(())
+        };
+        let mut pending: Vec<K::Incoming> = Vec::with_capacity(batch);
+        let mut lines: Vec<u64> = Vec::with_capacity(batch);
+        let mut input_error = None;
+        let mut write_error = None;
+        loop {
+            let next = records.next();
+            let done = next.is_none();
+            match next {
+                Some(Ok(Framed::Record { line, raw, record })) => {
+                    lines.push(line);
+                    pending.push(K::incoming(source, line, raw, record));
+                }
+                Some(Ok(Framed::Reject(r))) => {
+                    lines.push(r.line);
+                    pending.push(K::reject(r));
+                }
+                Some(Err(error)) => input_error = Some(error),
+                None => {}
             }
-            Some(Err(error)) => {
-                flush::<K>(ledger, source, &mut pending, &mut lines, &mut report)?;
-                return Err(Error::Input {
-                    source_name: source.to_string(),
-                    error,
-                });
+            let last = done || input_error.is_some();
+            if pending.len() >= batch || (last && !pending.is_empty()) {
+                let names: Vec<Option<String>> = pending.iter().map(K::identity).collect();
+                let b = (
+                    std::mem::take(&mut pending),
+                    std::mem::take(&mut lines),
+                    names,
+                    records.bytes_read(),
+                );
+                // A closed channel means the writer stopped on an error, which `written` holds.
+                if to_writer.send(b).is_err() {
+                    break;
+                }
+                while let Ok(w) = written.try_recv() {
+                    if let Err(e) = apply(w, &mut report) {
+                        write_error = Some(e);
+                        break;
+                    }
+                }
+                if write_error.is_some() {
+                    break;
+                }
             }
-            None => {}
+            if last {
+                break;
+            }
         }
-        if pending.len() >= batch || (done && !pending.is_empty()) {
-            flush::<K>(ledger, source, &mut pending, &mut lines, &mut report)?;
-            progress(records.bytes_read());
+        // Wait for every batch sent to be committed (or for the writer's error).
+        drop(to_writer);
+        for w in written {
+            if write_error.is_none()
+                && let Err(e) = apply(w, &mut report)
+            {
+                write_error = Some(e);
+            }
         }
-        if done {
-            return Ok(report);
+        if let Some(e) = write_error {
+            return Err(e);
         }
-    }
+        if let Some(error) = input_error {
+            return Err(Error::Input {
+                source_name: source.to_string(),
+                error,
+            });
+        }
+        Ok(report)
+    })
 }
 
-fn flush<K: Kind>(
-    ledger: &Ledger,
+/// Adds one batch's results to `report`, with a problem line for each reject and conflict.
+fn record_results(
     source: &str,
-    pending: &mut Vec<K::Incoming>,
-    lines: &mut Vec<u64>,
+    results: &[WriteResult],
+    lines: Vec<u64>,
+    names: Vec<Option<String>>,
     report: &mut IngestReport,
-) -> Result<()> {
-    let names: Vec<Option<String>> = pending.iter().map(K::identity).collect();
-    let results = K::write(ledger, std::mem::take(pending))?;
-    for ((result, line), name) in results.iter().zip(lines.drain(..)).zip(names) {
+) {
+    for ((result, line), name) in results.iter().zip(lines).zip(names) {
         report.counters.add(result);
         match result {
             WriteResult::Rejected { field: Some(f), reason } => {
@@ -199,5 +261,4 @@ fn flush<K: Kind>(
             _ => {}
         }
     }
-    Ok(())
 }

@@ -14,7 +14,10 @@ use serde::de::DeserializeOwned;
 
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::error::{Error, Result};
-use crate::record::{Attempt, AttemptRecord, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt};
+use crate::record::{
+    Attempt, AttemptRecord, AttemptRecordRef, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt,
+    StoredAttemptRef,
+};
 use crate::tables::{
     ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT,
     FORMAT_VERSION, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
@@ -141,6 +144,51 @@ pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, key: impl std::fm
 pub fn decode_attempt(bytes: &[u8]) -> Result<StoredAttempt> {
     match decode::<AttemptRecord>("attempt", "value", bytes)? {
         AttemptRecord::V1(a) => Ok(a),
+    }
+}
+
+/// Decodes a stored attempt value in place, borrowing its strings from `bytes` (any format
+/// version this build reads). Errors: [`Error::Corrupt`] naming the attempt table.
+pub fn decode_attempt_ref(bytes: &[u8]) -> Result<StoredAttemptRef<'_>> {
+    match postcard::from_bytes::<AttemptRecordRef<'_>>(bytes).map_err(|e| Error::Corrupt {
+        table: "attempt",
+        key: "value".into(),
+        reason: e.to_string(),
+    })? {
+        AttemptRecordRef::V1(a) => Ok(a),
+    }
+}
+
+/// A run of raw attempt values in key order, copied out of one read snapshot by
+/// [`Ledger::attempt_chunks`]: `bytes` holds the values back to back, `ends[i]` is where value `i`
+/// ends. Decode each with [`decode_attempt_ref`].
+#[derive(Debug, Default, Clone)]
+pub struct AttemptChunk {
+    /// The values, concatenated.
+    pub bytes: Vec<u8>,
+    /// The end offset of each value in `bytes`.
+    pub ends: Vec<usize>,
+}
+
+impl AttemptChunk {
+    /// The values in order.
+    pub fn values(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let v = &self.bytes[start..end];
+            start = end;
+            v
+        })
+    }
+
+    /// How many values.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
     }
 }
 
@@ -395,6 +443,45 @@ impl Ledger {
         for row in t.iter()? {
             let (_, v) = row?;
             f(decode_attempt(v.value())?);
+        }
+        Ok(())
+    }
+
+    /// Copies every attempt value, in (job_id, attempt_no) order from one consistent snapshot,
+    /// into chunks of `rows` values and hands each to `f` with its number (from 0), so that the
+    /// (costlier) decoding can run on other threads while this one reads on. Stops at the first
+    /// error `f` returns.
+    pub fn attempt_chunks<E: From<Error>>(
+        &self,
+        rows: usize,
+        mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let rows = rows.max(1);
+        let txn = self.db.begin_read().map_err(Error::from)?;
+        let t = txn.open_table(ATTEMPT).map_err(Error::from)?;
+        let mut chunk = AttemptChunk::default();
+        let mut n = 0;
+        for row in t.iter().map_err(Error::from)? {
+            let (_, v) = row.map_err(Error::from)?;
+            chunk.bytes.extend_from_slice(v.value());
+            chunk.ends.push(chunk.bytes.len());
+            if chunk.ends.len() == rows {
+                let cap = chunk.bytes.len();
+                f(
+                    n,
+                    std::mem::replace(
+                        &mut chunk,
+                        AttemptChunk {
+                            bytes: Vec::with_capacity(cap),
+                            ends: Vec::with_capacity(rows),
+                        },
+                    ),
+                )?;
+                n += 1;
+            }
+        }
+        if !chunk.is_empty() {
+            f(n, chunk)?;
         }
         Ok(())
     }

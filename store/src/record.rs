@@ -139,6 +139,35 @@ pub struct StoredAttempt {
     pub ingested_at: i64,
 }
 
+impl StoredAttempt {
+    /// The same attempt as a borrowed [`StoredAttemptRef`] (what a scan decodes in place).
+    pub fn as_ref(&self) -> StoredAttemptRef<'_> {
+        let a = &self.attempt;
+        StoredAttemptRef {
+            attempt: AttemptRef {
+                job_id: &a.job_id,
+                idem_key: &a.idem_key,
+                attempt_no: a.attempt_no,
+                lane: a.lane,
+                started_at: a.started_at,
+                ended_at: a.ended_at,
+                outcome: a.outcome,
+                tokens_in: a.tokens_in,
+                tokens_out: a.tokens_out,
+                artifact_id: a.artifact_id.as_deref(),
+                http_status: a.http_status,
+                provider_code: a.provider_code,
+                key_id: a.key_id.as_deref(),
+                pool_id: a.pool_id.as_deref(),
+                model: a.model.as_deref(),
+                attrs: a.attrs.as_deref(),
+            },
+            seq: self.seq,
+            ingested_at: self.ingested_at,
+        }
+    }
+}
+
 /// A record that disagreed with the row in force (SPEC 2 conflict), kept as it arrived.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conflict {
@@ -192,6 +221,71 @@ impl std::fmt::Display for Reject {
 pub enum AttemptRecord {
     /// Format version 1.
     V1(StoredAttempt),
+}
+
+/// A stored attempt read in place: the same postcard layout as [`StoredAttempt`] (field for
+/// field, in the same order), with every string borrowed from the redb page instead of copied, so
+/// a full scan allocates nothing per row. Decode it with [`AttemptRecordRef`]; a test keeps the two
+/// layouts equal (`borrowed_decode_matches_owned`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct AttemptRef<'a> {
+    /// See [`Attempt::job_id`].
+    pub job_id: &'a str,
+    /// See [`Attempt::idem_key`].
+    pub idem_key: &'a str,
+    /// See [`Attempt::attempt_no`].
+    pub attempt_no: u32,
+    /// See [`Attempt::lane`].
+    pub lane: Lane,
+    /// See [`Attempt::started_at`] (µs since the epoch, UTC).
+    pub started_at: i64,
+    /// See [`Attempt::ended_at`] (µs since the epoch, UTC).
+    pub ended_at: Option<i64>,
+    /// See [`Attempt::outcome`].
+    pub outcome: Option<Outcome>,
+    /// See [`Attempt::tokens_in`] (tokens).
+    pub tokens_in: Option<u64>,
+    /// See [`Attempt::tokens_out`] (tokens).
+    pub tokens_out: Option<u64>,
+    /// See [`Attempt::artifact_id`].
+    #[serde(borrow)]
+    pub artifact_id: Option<&'a str>,
+    /// See [`Attempt::http_status`].
+    pub http_status: Option<u16>,
+    /// See [`Attempt::provider_code`].
+    pub provider_code: Option<u32>,
+    /// See [`Attempt::key_id`].
+    #[serde(borrow)]
+    pub key_id: Option<&'a str>,
+    /// See [`Attempt::pool_id`].
+    #[serde(borrow)]
+    pub pool_id: Option<&'a str>,
+    /// See [`Attempt::model`].
+    #[serde(borrow)]
+    pub model: Option<&'a str>,
+    /// See [`Attempt::attrs`] (a JSON object text).
+    #[serde(borrow)]
+    pub attrs: Option<&'a str>,
+}
+
+/// [`StoredAttempt`] read in place (see [`AttemptRef`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct StoredAttemptRef<'a> {
+    /// The record.
+    #[serde(borrow)]
+    pub attempt: AttemptRef<'a>,
+    /// See [`StoredAttempt::seq`].
+    pub seq: u64,
+    /// See [`StoredAttempt::ingested_at`] (µs since the epoch, UTC).
+    pub ingested_at: i64,
+}
+
+/// [`AttemptRecord`] read in place: one variant per format version, as there.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub enum AttemptRecordRef<'a> {
+    /// Format version 1.
+    #[serde(borrow)]
+    V1(StoredAttemptRef<'a>),
 }
 
 /// The on-disk conflict value, versioned.

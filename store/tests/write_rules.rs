@@ -172,3 +172,39 @@ fn records_survive_a_reopen_and_a_second_open_is_refused() {
     assert_eq!(l.attempt_count().unwrap(), 1);
     assert_eq!(l.counters().unwrap().accepted, 1);
 }
+
+#[test]
+fn borrowed_decode_matches_owned() {
+    // Every field set on one attempt, none but the required ones on another, attrs on a third:
+    // the in-place decode used by scans must read exactly what the owned decode reads.
+    let (_d, ledger) = ledger();
+    let text = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T10:00:00Z","ended_at":"2026-11-16T10:00:05.5Z","outcome":"ambiguous","tokens_in":100,"tokens_out":10,"artifact_id":"a1","http_status":429,"provider_code":1305,"key_id":"key-7","pool_id":"pool-a","model":"m1"}
+{"job_id":"j2","idem_key":"k2","attempt_no":3,"lane":"paid","started_at":"2026-11-16T11:00:00Z"}
+{"job_id":"j3","idem_key":"k3","attempt_no":1,"lane":"free","started_at":"2026-11-16T12:00:00Z","region":"eu","retry_of":"j0"}
+"#;
+    ingest(&ledger, "all.ndjson", text);
+    let mut owned = Vec::new();
+    ledger.for_each_attempt(|s| owned.push(s)).unwrap();
+    let mut borrowed = Vec::new();
+    ledger
+        .attempt_chunks(2, |n, chunk| {
+            for v in chunk.values() {
+                let r = laneledger_store::decode_attempt_ref(v)?;
+                // Compare while the bytes are alive.
+                assert_eq!(r, owned[borrowed.len()].as_ref());
+                borrowed.push((n, r.attempt.job_id.to_string()));
+            }
+            Ok::<(), Error>(())
+        })
+        .unwrap();
+    assert_eq!(borrowed.len(), 3);
+    // Chunks of two: numbered 0, 0, 1, in key order.
+    assert_eq!(
+        borrowed,
+        [(0, "j1".to_string()), (0, "j2".to_string()), (1, "j3".to_string())]
+    );
+    assert_eq!(
+        owned[2].attempt.attrs.as_deref(),
+        Some(r#"{"region":"eu","retry_of":"j0"}"#)
+    );
+}
