@@ -34,6 +34,9 @@ pub enum Error {
     /// Writing a retention sweep's archive failed; nothing was removed.
     #[error("archiving the sweep: {0}")]
     Archive(String),
+    /// A scan's worker thread failed outside the ledger (a panic or a closed channel).
+    #[error("internal: {0}")]
+    Internal(String),
     /// The ledger failed.
     #[error(transparent)]
     Store(#[from] laneledger_store::Error),

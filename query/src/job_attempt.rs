@@ -5,7 +5,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use laneledger_store::policy::refusal::ErrorKind;
-use laneledger_store::{Ledger, StoredAttempt};
+use laneledger_store::{AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
 
 use crate::error::Result;
 
@@ -105,10 +105,10 @@ impl Builders {
         }
     }
 
-    fn push(&mut self, s: &StoredAttempt) {
+    fn push(&mut self, s: StoredAttemptRef<'_>) {
         let a = &s.attempt;
-        self.job_id.append_value(&a.job_id);
-        self.idem_key.append_value(&a.idem_key);
+        self.job_id.append_value(a.job_id);
+        self.idem_key.append_value(a.idem_key);
         self.attempt_no.append_value(i64::from(a.attempt_no));
         self.lane.append_value(a.lane.as_str());
         self.started_at.append_value(a.started_at);
@@ -116,15 +116,15 @@ impl Builders {
         self.outcome.append_option(a.outcome.map(|o| o.as_str()));
         self.tokens_in.append_value(a.tokens_in.unwrap_or(0) as i64);
         self.tokens_out.append_value(a.tokens_out.unwrap_or(0) as i64);
-        self.artifact_id.append_option(a.artifact_id.as_deref());
+        self.artifact_id.append_option(a.artifact_id);
         self.http_status.append_option(a.http_status.map(i64::from));
         self.provider_code.append_option(a.provider_code.map(i64::from));
-        self.key_id.append_option(a.key_id.as_deref());
-        self.pool_id.append_option(a.pool_id.as_deref());
-        self.model.append_option(a.model.as_deref());
+        self.key_id.append_option(a.key_id);
+        self.pool_id.append_option(a.pool_id);
+        self.model.append_option(a.model);
         self.error_kind
             .append_option(error_kind_of(a.http_status, a.provider_code).map(|k| k.as_str()));
-        self.attrs.append_option(a.attrs.as_deref());
+        self.attrs.append_option(a.attrs);
         self.ingested_at.append_value(s.ingested_at);
         self.rows += 1;
     }
@@ -187,6 +187,11 @@ impl Batcher {
 
     /// Adds one attempt.
     pub fn push(&mut self, s: &StoredAttempt) -> Result<()> {
+        self.push_ref(s.as_ref())
+    }
+
+    /// Adds one attempt read in place ([`decode_attempt_ref`]).
+    pub fn push_ref(&mut self, s: StoredAttemptRef<'_>) -> Result<()> {
         self.builders.push(s);
         if self.builders.rows == BATCH_ROWS {
             self.out.push(self.builders.finish(&self.schema)?);
@@ -212,15 +217,113 @@ pub fn to_batches<'a>(rows: impl IntoIterator<Item = &'a StoredAttempt>) -> Resu
     b.finish()
 }
 
-/// Reads every attempt of the ledger, in (job_id, attempt_no) order, into `job_attempt` batches.
+/// Reads every attempt of the ledger, in (job_id, attempt_no) order, into `job_attempt` batches
+/// of at most [`BATCH_ROWS`] rows (at least one batch, possibly empty).
+///
+/// This thread copies the raw values out of one redb snapshot ([`Ledger::attempt_chunks`]) while
+/// one worker per core decodes them in place and builds the Arrow columns; the batches come back
+/// in key order, so the table's declared order holds. Errors: the first storage or decode error.
 pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
-    let mut b = Batcher::default();
-    let mut result = Ok(());
-    ledger.for_each_attempt(|s| {
-        if result.is_ok() {
-            result = b.push(&s);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let schema = schema();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, AttemptChunk)>(workers * 2);
+    let rx = std::sync::Mutex::new(rx);
+    let mut batches: Vec<(usize, RecordBatch)> = Vec::new();
+    std::thread::scope(|scope| -> Result<()> {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let (rx, schema) = (&rx, &schema);
+                scope.spawn(move || -> Result<Vec<(usize, RecordBatch)>> {
+                    let mut out = Vec::new();
+                    let mut failed = None;
+                    loop {
+                        // Take the lock only to receive, so workers decode side by side.
+                        let next = rx
+                            .lock()
+                            .map_err(|_| crate::Error::Internal("scan channel poisoned".into()))?
+                            .recv();
+                        let Ok((n, chunk)) = next else { break };
+                        // After an error keep draining, so the reader never blocks on a full channel.
+                        if failed.is_some() {
+                            continue;
+                        }
+                        match decode_chunk(&chunk, schema) {
+                            Ok(batch) => out.push((n, batch)),
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    failed.map_or(Ok(out), Err)
+                })
+            })
+            .collect();
+        let read = ledger.attempt_chunks(BATCH_ROWS, |n, chunk| {
+            tx.send((n, chunk))
+                .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
+        });
+        drop(tx);
+        let mut first_err = read.err();
+        for h in handles {
+            match h.join() {
+                Ok(Ok(mut out)) => batches.append(&mut out),
+                Ok(Err(e)) => first_err = first_err.or(Some(e)),
+                Err(_) => first_err = first_err.or(Some(crate::Error::Internal("a scan worker panicked".into()))),
+            }
         }
+        first_err.map_or(Ok(()), Err)
     })?;
-    result?;
-    b.finish()
+    batches.sort_unstable_by_key(|(n, _)| *n);
+    let mut out: Vec<RecordBatch> = batches.into_iter().map(|(_, b)| b).collect();
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(schema));
+    }
+    Ok(out)
+}
+
+/// One chunk of raw values as one batch.
+fn decode_chunk(chunk: &AttemptChunk, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut b = Builders::with_capacity(chunk.len());
+    for v in chunk.values() {
+        b.push(decode_attempt_ref(v)?);
+    }
+    b.finish(schema)
+}
+
+/// The ledger's attempts as Arrow batches ([`scan`]), kept for the write generation they were
+/// read at ([`Ledger::generation`]) and read again after any commit, so an acknowledged record is
+/// in the next answer. `job_attempt` and `job_rollup` share one, so a query that reads both scans
+/// the ledger once.
+pub struct AttemptCache {
+    ledger: Ledger,
+    cached: std::sync::Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
+}
+
+impl AttemptCache {
+    /// An empty cache over `ledger`.
+    pub fn new(ledger: Ledger) -> Self {
+        AttemptCache {
+            ledger,
+            cached: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The batches at the ledger's current generation (or newer), scanning when a write landed
+    /// since the last scan. Concurrent callers wait for one scan instead of each making their own.
+    /// Errors: [`scan`]'s.
+    pub fn batches(&self) -> Result<Arc<Vec<RecordBatch>>> {
+        let mut cached = self
+            .cached
+            .lock()
+            .map_err(|_| crate::Error::Internal("attempt cache poisoned".into()))?;
+        // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
+        // is never newer than its rows claim.
+        let generation = self.ledger.generation();
+        if let Some((g, b)) = cached.as_ref()
+            && *g == generation
+        {
+            return Ok(b.clone());
+        }
+        let batches = Arc::new(scan(&self.ledger)?);
+        *cached = Some((generation, batches.clone()));
+        Ok(batches)
+    }
 }

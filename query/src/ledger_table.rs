@@ -13,6 +13,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::TableProviderFilterPushDown;
 use datafusion::physical_expr::expressions::col;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
@@ -23,6 +24,9 @@ use crate::error::Result;
 /// Reads one table's rows out of the ledger (at each scan, from a fresh read transaction).
 pub type ReadFn = Arc<dyn Fn(&Ledger) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
+/// Reads the rows of one job (`job_id = '…'`) by a key-range read instead of a full scan.
+pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
+
 /// One ledger table (`job_attempt`, `attempt_conflict`, an audit…) as a [`TableProvider`].
 pub struct LedgerTable {
     schema: SchemaRef,
@@ -32,6 +36,8 @@ pub struct LedgerTable {
     cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
     /// Columns the rows are sorted by (ascending), as the read function guarantees.
     order: Vec<&'static str>,
+    /// A point read for queries that fix `job_id` to one value.
+    job_read: Option<JobReadFn>,
 }
 
 impl LedgerTable {
@@ -43,7 +49,16 @@ impl LedgerTable {
             read,
             cache: Mutex::new(None),
             order: Vec::new(),
+            job_read: None,
         }
+    }
+
+    /// Answers a scan whose filters include `job_id = '<literal>'` with `read` (that job's rows,
+    /// from the primary key) instead of the whole table. DataFusion still applies the filter to
+    /// the rows returned (the pushdown is `Inexact`), so `read` may return more rows, never fewer.
+    pub fn with_job_read(mut self, read: JobReadFn) -> Self {
+        self.job_read = Some(read);
+        self
     }
 
     /// Declares that `read` returns rows sorted ascending by `columns` (for `job_attempt`, the
@@ -73,13 +88,39 @@ impl TableProvider for LedgerTable {
         TableType::Base
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if self.job_read.is_some() && job_id_literal(f).is_some() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if let Some(read) = &self.job_read
+            && let Some(job_id) = filters.iter().find_map(job_id_literal)
+        {
+            let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
+            let batches = tokio::task::spawn_blocking(move || read(&ledger, &job_id))
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            return self.source(batches, projection);
+        }
         // Read the generation before the rows: a write that lands meanwhile bumps it, so the
         // cache entry is never newer than its rows claim.
         let generation = self.ledger.generation();
@@ -106,8 +147,18 @@ impl TableProvider for LedgerTable {
                 b
             }
         };
-        let mut source =
-            MemorySourceConfig::try_new(&[batches.as_ref().clone()], self.schema.clone(), projection.cloned())?;
+        self.source(batches.as_ref().clone(), projection)
+    }
+}
+
+impl LedgerTable {
+    /// `batches` (in the table's declared order) as one in-memory partition.
+    fn source(
+        &self,
+        batches: Vec<RecordBatch>,
+        projection: Option<&Vec<usize>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let mut source = MemorySourceConfig::try_new(&[batches], self.schema.clone(), projection.cloned())?;
         let sort: Vec<PhysicalSortExpr> = self
             .order
             .iter()
@@ -117,5 +168,34 @@ impl TableProvider for LedgerTable {
             source = source.try_with_sort_information(vec![ordering])?;
         }
         Ok(DataSourceExec::from_data_source(source))
+    }
+}
+
+/// The value of a `job_id = '<literal>'` (or `'<literal>' = job_id`) filter.
+fn job_id_literal(e: &Expr) -> Option<&str> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = e
+    else {
+        return None;
+    };
+    value_of(left, right).or_else(|| value_of(right, left))
+}
+
+/// `l`'s text when `c` is the `job_id` column and `l` a string literal.
+fn value_of<'e>(c: &'e Expr, l: &'e Expr) -> Option<&'e str> {
+    use datafusion::scalar::ScalarValue;
+    match (c, l) {
+        (
+            Expr::Column(col),
+            Expr::Literal(
+                ScalarValue::Utf8(Some(v)) | ScalarValue::LargeUtf8(Some(v)) | ScalarValue::Utf8View(Some(v)),
+                _,
+            ),
+        ) if col.name == "job_id" => Some(v.as_str()),
+        _ => None,
     }
 }

@@ -3,8 +3,8 @@
 //! A [`Session`] registers the ledger's tables (`job_attempt`, `attempt_conflict`,
 //! `ingest_reject`, `gate_decision`, `decision_conflict`, and SPEC 6's `retention_sweep`, `week_snapshot`,
 //! `verify_run`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
-//! boolean-summing rule ([`sqlite_sum()`]), creates seed 000's `job_rollup` view from its own text
-//! and the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
+//! boolean-summing rule ([`sqlite_sum()`]), materializes seed 000's `job_rollup` view
+//! ([`job_rollup`]) and `idem_artifacts` ([`idem_artifacts`]) once per write, creates the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
 //! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
 //! into seed 003's dwell gate review. [`export`] writes `job_attempt` as Parquet, Arrow IPC or
 //! CSV files partitioned by day (SPEC 8 export; also the retention archive of SPEC 6).
@@ -25,8 +25,10 @@ pub mod error;
 pub mod export;
 pub mod gate_decision;
 pub mod gate_metrics;
+pub mod idem_artifacts;
 pub mod ingest_reject;
 pub mod job_attempt;
+pub mod job_rollup;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;

@@ -17,13 +17,20 @@ use crate::error::{Error, Result};
 use crate::ledger_table::{LedgerTable, ReadFn};
 use crate::sqlite_sum::sqlite_sum;
 use crate::views::VIEWS;
-use crate::{attempt_conflict, decision_conflict, gate_decision, ingest_reject, job_attempt, retention};
+use crate::{
+    attempt_conflict, decision_conflict, gate_decision, idem_artifacts, ingest_reject, job_attempt, job_rollup,
+    retention,
+};
 
 /// The tables every session has: (name, one-line description).
-pub const TABLES: [(&str, &str); 8] = [
+pub const TABLES: [(&str, &str); 9] = [
     (
         "job_attempt",
         "one row per attempt: seed 000's columns, then refusal detail, error_kind, attrs, ingested_at",
+    ),
+    (
+        "idem_artifacts",
+        "distinct artifacts per idempotency key (keys with at least one), materialized per write",
     ),
     (
         "attempt_conflict",
@@ -142,8 +149,22 @@ impl Session {
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(df_config, runtime);
         ctx.register_udaf(sqlite_sum());
+        // One Arrow copy of the attempts per write generation, shared by job_attempt and the
+        // job_rollup materialized from it.
+        let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
-            ("job_attempt", job_attempt::schema(), Arc::new(job_attempt::scan)),
+            ("job_attempt", job_attempt::schema(), {
+                let attempts = attempts.clone();
+                Arc::new(move |_: &Ledger| Ok(attempts.batches()?.as_ref().clone()))
+            }),
+            ("job_rollup", job_rollup::schema(), {
+                let attempts = attempts.clone();
+                Arc::new(move |_: &Ledger| job_rollup::rollup(&attempts.batches()?))
+            }),
+            (idem_artifacts::TABLE, idem_artifacts::schema(), {
+                let attempts = attempts.clone();
+                Arc::new(move |_: &Ledger| idem_artifacts::idem_artifacts(&attempts.batches()?))
+            }),
             (
                 "attempt_conflict",
                 attempt_conflict::schema(),
@@ -180,13 +201,25 @@ impl Session {
         ];
         for (name, schema, read) in tables {
             let mut table = LedgerTable::new(schema, ledger.clone(), read);
-            if name == "job_attempt" {
-                table = table.sorted_by(&["job_id", "attempt_no"]);
+            match name {
+                "job_attempt" => {
+                    table = table.sorted_by(&["job_id", "attempt_no"]).with_job_read(Arc::new(
+                        |l: &Ledger, job_id: &str| job_attempt::to_batches(&l.job_attempts(job_id)?),
+                    ))
+                }
+                "job_rollup" => table = table.sorted_by(&["job_id"]),
+                _ => {}
             }
-            ctx.register_table(name, Arc::new(table))?;
+            let table = Arc::new(table);
+            if name == idem_artifacts::TABLE {
+                ctx.add_analyzer_rule(Arc::new(idem_artifacts::IdemArtifactsRule::new(table.clone())));
+            }
+            ctx.register_table(name, table)?;
         }
         crate::audits::register(&ctx, &ledger, &crate::audits::AuditSettings::from(&config))?;
-        for (_, sql) in VIEWS {
+        // job_rollup is the seed's view materialized natively (crate::job_rollup); the rest are
+        // created from their SQL text.
+        for (_, sql) in VIEWS.iter().filter(|(name, _)| *name != "job_rollup") {
             ctx.sql(sql).await?.collect().await?;
         }
         crate::audits::create_views(&ctx).await?;

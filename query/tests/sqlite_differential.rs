@@ -109,10 +109,26 @@ fn rows_sqlite(conn: &rusqlite::Connection, sql: &str) -> Vec<Vec<String>> {
     .collect()
 }
 
-/// Runs each query in both engines and asserts identical rows (sorted: SQL sets have no order).
+/// A plain DataFusion context over the same attempts, with SQLite's `SUM` and the seed's
+/// `CREATE VIEW job_rollup` text run verbatim: no materialized `job_rollup`, no `idem_artifacts`
+/// rewrite. laneledger's answers must equal these too.
+async fn seed_text_context(ledger: &Ledger) -> datafusion::prelude::SessionContext {
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_udaf(laneledger_query::sqlite_sum());
+    let batches = laneledger_query::job_attempt::scan(ledger).unwrap();
+    let table =
+        datafusion::datasource::MemTable::try_new(laneledger_query::job_attempt::schema(), vec![batches]).unwrap();
+    ctx.register_table("job_attempt", std::sync::Arc::new(table)).unwrap();
+    ctx.sql(SEED_JOB_ROLLUP_VIEW).await.unwrap().collect().await.unwrap();
+    ctx
+}
+
+/// Runs each query in both engines and asserts identical rows (sorted: SQL sets have no order),
+/// and the same rows from DataFusion running the seed's view text ([`seed_text_context`]).
 /// Returns laneledger's rows of seed query 1 for further checks.
 async fn assert_same(ledger: Ledger) -> Vec<Vec<String>> {
     let conn = sqlite_of(&ledger);
+    let plain = seed_text_context(&ledger).await;
     let session = Session::new(ledger).await.unwrap();
     let queries = [
         SEED_Q1_TOKENS_PER_ARTIFACT,
@@ -128,6 +144,12 @@ async fn assert_same(ledger: Ledger) -> Vec<Vec<String>> {
         theirs.sort();
         assert_eq!(ours.len(), theirs.len(), "row count of {sql}");
         assert_eq!(ours, theirs, "{sql}");
+        let mut seed_text = rows_df(&plain.sql(sql).await.unwrap().collect().await.unwrap());
+        seed_text.sort();
+        assert_eq!(
+            ours, seed_text,
+            "{sql}: materialized versus the seed's view text in DataFusion"
+        );
         if i == 0 {
             q1 = ours;
         }

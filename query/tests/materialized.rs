@@ -1,0 +1,197 @@
+//! The materialized `job_rollup` and `idem_artifacts`, the plan rewrite onto `idem_artifacts`, the
+//! one-job point read, and the parallel scan: exact rows, and freshness after each write.
+
+mod common;
+
+use laneledger_query::Session;
+use laneledger_query::views::SEED_Q2_DUPLICATES;
+use laneledger_store::drill::Policy;
+use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
+
+/// Eight attempts: k1 has artifacts a1, a1 (again, on job j2) and b1; k2 none; k3 c3 twice on one
+/// job; j4 is paid only with absent token counts.
+const ROWS: &str = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T10:00:00Z","ended_at":"2026-11-16T10:00:05Z","outcome":"ambiguous","tokens_in":100,"tokens_out":10,"artifact_id":"a1"}
+{"job_id":"j1","idem_key":"k1","attempt_no":2,"lane":"paid","started_at":"2026-11-16T10:01:00Z","ended_at":"2026-11-16T10:01:05Z","outcome":"ok","tokens_in":100,"tokens_out":20,"artifact_id":"b1"}
+{"job_id":"j2","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T11:00:00Z","ended_at":"2026-11-16T11:00:05Z","outcome":"ok","tokens_in":1,"tokens_out":2,"artifact_id":"a1"}
+{"job_id":"j3","idem_key":"k2","attempt_no":1,"lane":"free","started_at":"2026-11-16T12:00:00Z","ended_at":"2026-11-16T12:00:05Z","outcome":"retryable","tokens_in":5,"tokens_out":0}
+{"job_id":"j3","idem_key":"k2","attempt_no":2,"lane":"free","started_at":"2026-11-16T12:01:00Z","ended_at":"2026-11-16T12:01:05Z","outcome":"permanent","tokens_in":5,"tokens_out":0}
+{"job_id":"j5","idem_key":"k3","attempt_no":1,"lane":"free","started_at":"2026-11-16T13:00:00Z","ended_at":"2026-11-16T13:00:05Z","outcome":"ambiguous","tokens_in":7,"tokens_out":3,"artifact_id":"c3"}
+{"job_id":"j5","idem_key":"k3","attempt_no":2,"lane":"paid","started_at":"2026-11-16T13:01:00Z","ended_at":"2026-11-16T13:01:05Z","outcome":"ok","tokens_in":7,"tokens_out":3,"artifact_id":"c3"}
+{"job_id":"j4","idem_key":"k4","attempt_no":1,"lane":"paid","started_at":"2026-11-16T14:00:00Z"}
+"#;
+
+fn ingest(ledger: &Ledger, ndjson: &str) {
+    let report = ingest_reader(
+        ledger,
+        "test",
+        std::io::Cursor::new(ndjson.to_string()),
+        InputFormat::Ndjson,
+        DEFAULT_BATCH,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        report.counters.rejected + report.counters.conflicts,
+        0,
+        "{:?}",
+        report.problems
+    );
+}
+
+fn small() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
+    ingest(&ledger, ROWS);
+    (dir, ledger)
+}
+
+/// The rows of `sql`, each cell as text (`NULL` for a null), in the order returned.
+async fn rows(session: &Session, sql: &str) -> Vec<Vec<String>> {
+    let result = session.query(sql).await.unwrap();
+    let text = laneledger_query::format_result(&result, laneledger_query::OutputFormat::Csv).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+async fn plan(session: &Session, sql: &str) -> String {
+    rows(session, &format!("EXPLAIN {sql}")).await.concat().join(" ")
+}
+
+#[tokio::test]
+async fn job_rollup_has_the_seed_views_rows_in_job_order() {
+    let (_d, ledger) = small();
+    let session = Session::new(ledger).await.unwrap();
+    assert_eq!(
+        rows(&session, "SELECT * FROM job_rollup").await,
+        [
+            ["j1", "k1", "1", "1", "230", "2"],
+            ["j2", "k1", "1", "0", "3", "1"],
+            ["j3", "k2", "2", "0", "10", "0"],
+            ["j4", "k4", "0", "1", "0", "0"],
+            ["j5", "k3", "1", "1", "20", "1"],
+        ]
+    );
+}
+
+#[tokio::test]
+async fn idem_artifacts_counts_distinct_artifacts_of_keys_that_have_one() {
+    let (_d, ledger) = small();
+    let session = Session::new(ledger).await.unwrap();
+    let mut got = rows(&session, "SELECT idem_key, artifacts FROM idem_artifacts").await;
+    got.sort();
+    assert_eq!(got, [["k1", "2"], ["k3", "1"]]);
+}
+
+#[tokio::test]
+async fn seed_q2_is_read_from_idem_artifacts_and_other_shapes_are_not() {
+    let (_d, ledger) = common::ledger_from(&["drill-nopin-2026-W47.ndjson"]);
+    let session = Session::new(ledger).await.unwrap();
+    assert!(plan(&session, SEED_Q2_DUPLICATES).await.contains("idem_artifacts"));
+    // The same question with one more filter term: grouped by DataFusion, not rewritten.
+    let other = "SELECT idem_key, COUNT(DISTINCT artifact_id) AS n FROM job_attempt
+                 WHERE artifact_id IS NOT NULL AND attempt_no > 0 GROUP BY idem_key HAVING n > 1";
+    assert!(!plan(&session, other).await.contains("idem_artifacts"));
+    let mut rewritten = rows(&session, SEED_Q2_DUPLICATES).await;
+    let mut grouped = rows(&session, other).await;
+    rewritten.sort();
+    grouped.sort();
+    // 21 duplicate artifacts over 21 idem_keys (the nopin drill's figure), each with 2.
+    assert_eq!(rewritten.len(), 21);
+    assert!(rewritten.iter().all(|r| r[1] == "2"), "{rewritten:?}");
+    assert_eq!(rewritten, grouped);
+    // A count of something else, or grouping by more, is left alone.
+    for sql in [
+        "SELECT idem_key, COUNT(DISTINCT job_id) FROM job_attempt WHERE artifact_id IS NOT NULL GROUP BY idem_key",
+        "SELECT idem_key, lane, COUNT(DISTINCT artifact_id) FROM job_attempt WHERE artifact_id IS NOT NULL GROUP BY idem_key, lane",
+        "SELECT idem_key, COUNT(DISTINCT artifact_id) FROM job_attempt GROUP BY idem_key",
+    ] {
+        assert!(!plan(&session, sql).await.contains("idem_artifacts"), "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn materializations_see_each_acknowledged_write() {
+    let (_d, ledger) = small();
+    let session = Session::new(ledger.clone()).await.unwrap();
+    assert_eq!(rows(&session, SEED_Q2_DUPLICATES).await, [["k1", "2"]]);
+    assert_eq!(
+        rows(&session, "SELECT artifacts FROM job_rollup WHERE job_id = 'j5'").await,
+        [["1"]]
+    );
+    // A third artifact for k1 and a second distinct one for k3, on new attempts.
+    ingest(
+        &ledger,
+        r#"{"job_id":"j5","idem_key":"k3","attempt_no":3,"lane":"paid","started_at":"2026-11-16T13:02:00Z","ended_at":"2026-11-16T13:02:05Z","outcome":"ok","tokens_in":1,"tokens_out":1,"artifact_id":"d3"}
+{"job_id":"j6","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T15:00:00Z","ended_at":"2026-11-16T15:00:05Z","outcome":"ok","tokens_in":1,"tokens_out":1,"artifact_id":"e1"}
+"#,
+    );
+    let mut q2 = rows(&session, SEED_Q2_DUPLICATES).await;
+    q2.sort();
+    assert_eq!(q2, [["k1", "3"], ["k3", "2"]]);
+    assert_eq!(
+        rows(&session, "SELECT tokens, artifacts FROM job_rollup WHERE job_id = 'j5'").await,
+        [["22", "2"]]
+    );
+    assert_eq!(rows(&session, "SELECT COUNT(*) FROM job_rollup").await, [["6"]]);
+}
+
+#[tokio::test]
+async fn a_job_id_filter_reads_that_job_only_and_answers_as_a_scan_would() {
+    let (_d, ledger) = small();
+    let session = Session::new(ledger).await.unwrap();
+    let want = [["j1", "1", "a1"], ["j1", "2", "b1"]];
+    for sql in [
+        "SELECT job_id, attempt_no, artifact_id FROM job_attempt WHERE job_id = 'j1' ORDER BY attempt_no",
+        "SELECT job_id, attempt_no, artifact_id FROM job_attempt WHERE 'j1' = job_id ORDER BY attempt_no",
+        // Not a point read (an OR): the full scan gives the same rows.
+        "SELECT job_id, attempt_no, artifact_id FROM job_attempt WHERE job_id = 'j1' OR job_id = 'nope' ORDER BY attempt_no",
+        // The point read's rows still pass the other filters.
+        "SELECT job_id, attempt_no, artifact_id FROM job_attempt WHERE job_id = 'j1' AND lane IN ('free', 'paid') ORDER BY attempt_no",
+    ] {
+        assert_eq!(rows(&session, sql).await, want, "{sql}");
+    }
+    assert!(
+        rows(&session, "SELECT * FROM job_attempt WHERE job_id = 'absent'")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        rows(
+            &session,
+            "SELECT COUNT(*) FROM job_attempt WHERE job_id = 'j1' AND attempt_no = 2"
+        )
+        .await,
+        [["1"]]
+    );
+}
+
+#[test]
+fn the_parallel_scan_returns_every_attempt_in_key_order_across_chunks() {
+    // 50,000 jobs give ~71,000 attempts: more than one 65,536-row chunk.
+    let (_d, ledger) = common::ledger_from_drill(50_000, Policy::NoPin, 7);
+    let batches = laneledger_query::job_attempt::scan(&ledger).unwrap();
+    assert!(batches.len() >= 2, "{} batches", batches.len());
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(total as u64, ledger.attempt_count().unwrap());
+    let mut keys = Vec::with_capacity(total);
+    for b in &batches {
+        use datafusion::arrow::array::AsArray;
+        let job = b.column(0).as_string::<i32>();
+        let no = b.column(2).as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        for i in 0..b.num_rows() {
+            keys.push((job.value(i).to_string(), no.value(i)));
+        }
+    }
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "rows out of (job_id, attempt_no) order"
+    );
+    // The same rows, one by one, from the ledger itself.
+    let mut from_ledger = Vec::with_capacity(total);
+    ledger
+        .for_each_attempt(|s| from_ledger.push((s.attempt.job_id, i64::from(s.attempt.attempt_no))))
+        .unwrap();
+    assert_eq!(keys, from_ledger);
+}
