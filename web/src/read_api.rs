@@ -1,4 +1,4 @@
-//! The read APIs: `GET /v1/review`, `POST /v1/sql`, `GET /healthz` and `GET /metrics`.
+//! The read APIs: `GET /v1/review`, `POST /v1/sql`, `GET /v1/jobs/{job_id}/attempts`, `GET /healthz` and `GET /metrics`.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -85,6 +85,40 @@ pub async fn sql(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         "row_count": result.num_rows(),
     }))
     .into_response())
+}
+
+/// `GET /v1/jobs/{job_id}/attempts`: one job's attempts, read straight from the ledger's
+/// (job_id, attempt_no) key range (no SQL planning, no scan), in attempt order, as
+/// `{"job_id": "…", "attempts": [{…}]}`. Each attempt has the ingest format's fields (timestamps
+/// RFC 3339 UTC, absent fields left out, attrs merged in) plus `ingested_at` and seed 002's
+/// `error_kind`. A job with no attempts gives `"attempts": []` (200), so a poller need not tell
+/// "not yet" from "never".
+pub async fn job_attempts(
+    State(state): State<AppState>,
+    axum::extract::Path(job_id): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let ledger = state.session.ledger().clone();
+    let id = job_id.clone();
+    let attempts = tokio::task::spawn_blocking(move || ledger.job_attempts(&id))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    let attempts: Vec<serde_json::Value> = attempts
+        .iter()
+        .map(|s| {
+            let mut v = s.attempt.to_json();
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert(
+                    "ingested_at".into(),
+                    laneledger_store::format_timestamp(s.ingested_at).into(),
+                );
+                let kind = laneledger_query::job_attempt::error_kind_of(s.attempt.http_status, s.attempt.provider_code);
+                m.insert("error_kind".into(), kind.map(|k| k.as_str()).into());
+            }
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "job_id": job_id, "attempts": attempts })).into_response())
 }
 
 /// `GET /healthz`: 200 `{"status": "ok", …}` when the ledger answers a read, else 503.

@@ -55,7 +55,7 @@ struct SqlPage {
 const VIEW_NOTES: [(&str, &str); 8] = [
     (
         "job_rollup",
-        "seed 000's per-job rollup, created from the seed's own text",
+        "seed 000's per-job rollup (the seed's view, materialized per write)",
     ),
     ("weekly_metrics", "SPEC 4's drill table, one row per ISO week"),
     (

@@ -657,3 +657,53 @@ async fn a_read_token_guards_pages_and_read_apis() {
     let r = send(&s.app, Request::get("/healthz").body(Body::empty()).unwrap()).await;
     assert_eq!(r.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_jobs_attempts_are_read_by_key_and_fresh_after_each_write() {
+    let s = server().await;
+    let get = |path: String| Request::get(path).body(Body::empty()).unwrap();
+    // Nothing yet: 200 with no attempts.
+    let r = send(&s.app, get("/v1/jobs/job-000004/attempts".into())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json(), serde_json::json!({ "job_id": "job-000004", "attempts": [] }));
+    let r = send(
+        &s.app,
+        post("/v1/attempts", Some(&bearer()), ndjson((0..10).map(attempt))),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // A second attempt of job 4 on the paid lane, refused with a 429.
+    let mut second = attempt(4);
+    second["attempt_no"] = 2.into();
+    second["lane"] = "paid".into();
+    second["http_status"] = 429.into();
+    second["artifact_id"] = "art-000004-2".into();
+    let r = send(&s.app, post("/v1/attempts", Some(&bearer()), ndjson([second]))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = send(&s.app, get("/v1/jobs/job-000004/attempts".into())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let body = r.json();
+    let attempts = body["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    let first = &attempts[0];
+    assert_eq!(first["job_id"], "job-000004");
+    assert_eq!(first["idem_key"], "idem-000004");
+    assert_eq!(first["attempt_no"], 1);
+    assert_eq!(first["lane"], "free");
+    assert_eq!(first["started_at"], "2026-11-23T00:00:04Z");
+    assert_eq!(first["ended_at"], "2026-11-23T00:00:04.500000Z");
+    assert_eq!(first["tokens_in"], 104);
+    assert_eq!(first["tokens_out"], 700);
+    assert_eq!(first["artifact_id"], "art-000004");
+    assert_eq!(first["error_kind"], serde_json::Value::Null);
+    assert!(first["ingested_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(attempts[1]["attempt_no"], 2);
+    assert_eq!(attempts[1]["lane"], "paid");
+    assert_eq!(attempts[1]["http_status"], 429);
+    assert_eq!(attempts[1]["error_kind"], "transient");
+    // The same job through SQL (a point read on job_id) gives the same two rows.
+    assert_eq!(
+        sql_number(&s.app, "SELECT COUNT(*) FROM job_attempt WHERE job_id = 'job-000004'").await,
+        2
+    );
+}
