@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
+use datafusion::arrow::array::{
+    ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use laneledger_store::policy::refusal::ErrorKind;
 use laneledger_store::{AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
@@ -11,6 +13,16 @@ use crate::error::Result;
 
 /// Rows per Arrow batch.
 pub const BATCH_ROWS: usize = 65_536;
+
+/// How many columns `job_attempt` has.
+pub const COLUMNS: usize = 18;
+
+/// The columns `job_rollup` and `idem_artifacts` are computed from: job_id, idem_key, attempt_no,
+/// lane, tokens_in, tokens_out, artifact_id (indexes into [`schema()`]).
+pub const ROLLUP_COLUMNS: [usize; 7] = [0, 1, 2, 3, 7, 8, 9];
+
+/// The key columns job_id and attempt_no, which every cached projection keeps.
+const KEY_COLUMNS: [usize; 2] = [0, 2];
 
 /// `Timestamp(Microsecond, "UTC")`, the type of every timestamp column.
 pub fn timestamp_type() -> DataType {
@@ -76,60 +88,115 @@ struct Builders {
     attrs: StringBuilder,
     ingested_at: TimestampMicrosecondBuilder,
     rows: usize,
+    /// Which of `schema()`'s columns are built; the others stay empty.
+    want: [bool; COLUMNS],
 }
 
 impl Builders {
-    /// Builders whose fixed-width columns have room for `rows` rows before they grow.
+    /// Builders for every column, whose fixed-width columns have room for `rows` rows.
     fn with_capacity(rows: usize) -> Self {
-        let ts = || TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("UTC");
+        Self::for_columns(rows, [true; COLUMNS])
+    }
+
+    /// Builders that fill only the columns `want` marks; the fixed-width ones have room for `rows`.
+    fn for_columns(rows: usize, want: [bool; COLUMNS]) -> Self {
+        let cap = |i: usize| if want[i] { rows } else { 0 };
+        let ts = |i: usize| TimestampMicrosecondBuilder::with_capacity(cap(i)).with_timezone("UTC");
+        let text = |i: usize| StringBuilder::with_capacity(cap(i), cap(i) * 12);
         Builders {
-            job_id: StringBuilder::new(),
-            idem_key: StringBuilder::new(),
-            attempt_no: Int64Builder::with_capacity(rows),
-            lane: StringBuilder::new(),
-            started_at: ts(),
-            ended_at: ts(),
-            outcome: StringBuilder::new(),
-            tokens_in: Int64Builder::with_capacity(rows),
-            tokens_out: Int64Builder::with_capacity(rows),
-            artifact_id: StringBuilder::new(),
-            http_status: Int64Builder::with_capacity(rows),
-            provider_code: Int64Builder::with_capacity(rows),
-            key_id: StringBuilder::new(),
-            pool_id: StringBuilder::new(),
-            model: StringBuilder::new(),
-            error_kind: StringBuilder::new(),
-            attrs: StringBuilder::new(),
-            ingested_at: ts(),
+            job_id: text(0),
+            idem_key: text(1),
+            attempt_no: Int64Builder::with_capacity(cap(2)),
+            lane: text(3),
+            started_at: ts(4),
+            ended_at: ts(5),
+            outcome: text(6),
+            tokens_in: Int64Builder::with_capacity(cap(7)),
+            tokens_out: Int64Builder::with_capacity(cap(8)),
+            artifact_id: text(9),
+            http_status: Int64Builder::with_capacity(cap(10)),
+            provider_code: Int64Builder::with_capacity(cap(11)),
+            key_id: text(12),
+            pool_id: text(13),
+            model: text(14),
+            error_kind: text(15),
+            attrs: text(16),
+            ingested_at: ts(17),
             rows: 0,
+            want,
         }
     }
 
     fn push(&mut self, s: StoredAttemptRef<'_>) {
         let a = &s.attempt;
-        self.job_id.append_value(a.job_id);
-        self.idem_key.append_value(a.idem_key);
-        self.attempt_no.append_value(i64::from(a.attempt_no));
-        self.lane.append_value(a.lane.as_str());
-        self.started_at.append_value(a.started_at);
-        self.ended_at.append_option(a.ended_at);
-        self.outcome.append_option(a.outcome.map(|o| o.as_str()));
-        self.tokens_in.append_value(a.tokens_in.unwrap_or(0) as i64);
-        self.tokens_out.append_value(a.tokens_out.unwrap_or(0) as i64);
-        self.artifact_id.append_option(a.artifact_id);
-        self.http_status.append_option(a.http_status.map(i64::from));
-        self.provider_code.append_option(a.provider_code.map(i64::from));
-        self.key_id.append_option(a.key_id);
-        self.pool_id.append_option(a.pool_id);
-        self.model.append_option(a.model);
-        self.error_kind
-            .append_option(error_kind_of(a.http_status, a.provider_code).map(|k| k.as_str()));
-        self.attrs.append_option(a.attrs);
-        self.ingested_at.append_value(s.ingested_at);
+        let w = self.want;
+        if w[0] {
+            self.job_id.append_value(a.job_id);
+        }
+        if w[1] {
+            self.idem_key.append_value(a.idem_key);
+        }
+        if w[2] {
+            self.attempt_no.append_value(i64::from(a.attempt_no));
+        }
+        if w[3] {
+            self.lane.append_value(a.lane.as_str());
+        }
+        if w[4] {
+            self.started_at.append_value(a.started_at);
+        }
+        if w[5] {
+            self.ended_at.append_option(a.ended_at);
+        }
+        if w[6] {
+            self.outcome.append_option(a.outcome.map(|o| o.as_str()));
+        }
+        if w[7] {
+            self.tokens_in.append_value(a.tokens_in.unwrap_or(0) as i64);
+        }
+        if w[8] {
+            self.tokens_out.append_value(a.tokens_out.unwrap_or(0) as i64);
+        }
+        if w[9] {
+            self.artifact_id.append_option(a.artifact_id);
+        }
+        if w[10] {
+            self.http_status.append_option(a.http_status.map(i64::from));
+        }
+        if w[11] {
+            self.provider_code.append_option(a.provider_code.map(i64::from));
+        }
+        if w[12] {
+            self.key_id.append_option(a.key_id);
+        }
+        if w[13] {
+            self.pool_id.append_option(a.pool_id);
+        }
+        if w[14] {
+            self.model.append_option(a.model);
+        }
+        if w[15] {
+            self.error_kind
+                .append_option(error_kind_of(a.http_status, a.provider_code).map(|k| k.as_str()));
+        }
+        if w[16] {
+            self.attrs.append_option(a.attrs);
+        }
+        if w[17] {
+            self.ingested_at.append_value(s.ingested_at);
+        }
         self.rows += 1;
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
+        let all: Vec<usize> = (0..COLUMNS).collect();
+        self.finish_columns(&all, schema)
+    }
+
+    /// The rows pushed since the last finish as one batch of `columns` (indexes into
+    /// `schema()`, in that order; each must be wanted), whose schema is `schema`.
+    fn finish_columns(&mut self, columns: &[usize], schema: &SchemaRef) -> Result<RecordBatch> {
+        let rows = self.rows;
         let cols: Vec<ArrayRef> = vec![
             Arc::new(self.job_id.finish()),
             Arc::new(self.idem_key.finish()),
@@ -151,7 +218,10 @@ impl Builders {
             Arc::new(self.ingested_at.finish()),
         ];
         self.rows = 0;
-        Ok(RecordBatch::try_new(schema.clone(), cols).map_err(datafusion::error::DataFusionError::from)?)
+        let picked: Vec<ArrayRef> = columns.iter().map(|&c| cols[c].clone()).collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(schema.clone(), picked, &options)
+            .map_err(datafusion::error::DataFusionError::from)?)
     }
 }
 
@@ -218,14 +288,37 @@ pub fn to_batches<'a>(rows: impl IntoIterator<Item = &'a StoredAttempt>) -> Resu
 }
 
 /// Reads every attempt of the ledger, in (job_id, attempt_no) order, into `job_attempt` batches
-/// of at most [`BATCH_ROWS`] rows (at least one batch, possibly empty).
+/// of at most [`BATCH_ROWS`] rows (at least one batch, possibly empty): [`scan_columns`] with
+/// every column.
+pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
+    let all: Vec<usize> = (0..COLUMNS).collect();
+    scan_columns(ledger, &all)
+}
+
+/// Reads every attempt of the ledger, in (job_id, attempt_no) order, into batches of `columns`
+/// only (indexes into [`schema()`], in the order given; the batch schema is that projection), of
+/// at most [`BATCH_ROWS`] rows (at least one batch, possibly empty). The values are decoded
+/// whole, but only the columns asked for are built, so a query of a few columns holds a few
+/// columns in memory.
 ///
 /// This thread copies the raw values out of one redb snapshot ([`Ledger::attempt_chunks`]) while
 /// one worker per core decodes them in place and builds the Arrow columns; the batches come back
-/// in key order, so the table's declared order holds. Errors: the first storage or decode error.
-pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
+/// in key order, so the table's declared order holds. Errors: the first storage or decode error,
+/// or [`crate::Error::Internal`] for a column index past [`COLUMNS`].
+pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+    if let Some(&bad) = columns.iter().find(|&&c| c >= COLUMNS) {
+        return Err(crate::Error::Internal(format!("job_attempt has no column {bad}")));
+    }
+    let mut want = [false; COLUMNS];
+    for &c in columns {
+        want[c] = true;
+    }
+    let schema: SchemaRef = Arc::new(
+        schema()
+            .project(columns)
+            .map_err(datafusion::error::DataFusionError::from)?,
+    );
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let schema = schema();
     let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, AttemptChunk)>(workers * 2);
     let rx = std::sync::Mutex::new(rx);
     let mut batches: Vec<(usize, RecordBatch)> = Vec::new();
@@ -233,6 +326,7 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 let (rx, schema) = (&rx, &schema);
+                let columns = columns;
                 scope.spawn(move || -> Result<Vec<(usize, RecordBatch)>> {
                     let mut out = Vec::new();
                     let mut failed = None;
@@ -247,7 +341,7 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
                         if failed.is_some() {
                             continue;
                         }
-                        match decode_chunk(&chunk, schema) {
+                        match decode_chunk(&chunk, columns, want, schema) {
                             Ok(batch) => out.push((n, batch)),
                             Err(e) => failed = Some(e),
                         }
@@ -279,22 +373,63 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
     Ok(out)
 }
 
-/// One chunk of raw values as one batch.
-fn decode_chunk(chunk: &AttemptChunk, schema: &SchemaRef) -> Result<RecordBatch> {
-    let mut b = Builders::with_capacity(chunk.len());
+/// One chunk of raw values as one batch of `columns`.
+fn decode_chunk(
+    chunk: &AttemptChunk,
+    columns: &[usize],
+    want: [bool; COLUMNS],
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let mut b = Builders::for_columns(chunk.len(), want);
     for v in chunk.values() {
         b.push(decode_attempt_ref(v)?);
     }
-    b.finish(schema)
+    b.finish_columns(columns, schema)
 }
 
-/// The ledger's attempts as Arrow batches ([`scan`]), kept for the write generation they were
-/// read at ([`Ledger::generation`]) and read again after any commit, so an acknowledged record is
-/// in the next answer. `job_attempt` and `job_rollup` share one, so a query that reads both scans
-/// the ledger once.
+/// The ledger's attempts as Arrow columns ([`scan_columns`]), kept for the write generation they
+/// were read at ([`Ledger::generation`]) and read again after any commit, so an acknowledged
+/// record is in the next answer. Only the columns queries asked for are built and kept (plus the
+/// key columns job_id and attempt_no); `job_attempt`, `job_rollup` and `idem_artifacts` share one,
+/// so a ledger is scanned once per write for all three.
 pub struct AttemptCache {
     ledger: Ledger,
-    cached: std::sync::Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
+    cached: std::sync::Mutex<Cached>,
+}
+
+/// The columns read at one generation: each column's arrays, one per chunk of rows.
+#[derive(Default)]
+struct Cached {
+    generation: Option<u64>,
+    /// Rows per chunk.
+    chunk_rows: Vec<usize>,
+    columns: std::collections::BTreeMap<usize, Vec<ArrayRef>>,
+}
+
+impl Cached {
+    /// Takes `batches` (of `columns`, in that order) as this generation's arrays of those columns.
+    fn keep(&mut self, columns: &[usize], batches: &[RecordBatch]) {
+        self.chunk_rows = batches.iter().map(RecordBatch::num_rows).collect();
+        for (i, &c) in columns.iter().enumerate() {
+            self.columns
+                .insert(c, batches.iter().map(|b| b.column(i).clone()).collect());
+        }
+    }
+
+    /// Whether `batches` (of `columns`) hold the same keys, chunk for chunk, as the cached ones.
+    fn same_keys(&self, columns: &[usize], batches: &[RecordBatch]) -> bool {
+        batches.len() == self.chunk_rows.len()
+            && KEY_COLUMNS.iter().all(|k| {
+                let i = columns.iter().position(|c| c == k);
+                match (i, self.columns.get(k)) {
+                    (Some(i), Some(cached)) => batches
+                        .iter()
+                        .zip(cached)
+                        .all(|(b, a)| b.column(i).as_ref() == a.as_ref()),
+                    _ => false,
+                }
+            })
+    }
 }
 
 impl AttemptCache {
@@ -302,14 +437,24 @@ impl AttemptCache {
     pub fn new(ledger: Ledger) -> Self {
         AttemptCache {
             ledger,
-            cached: std::sync::Mutex::new(None),
+            cached: std::sync::Mutex::new(Cached::default()),
         }
     }
 
-    /// The batches at the ledger's current generation (or newer), scanning when a write landed
-    /// since the last scan. Concurrent callers wait for one scan instead of each making their own.
-    /// Errors: [`scan`]'s.
-    pub fn batches(&self) -> Result<Arc<Vec<RecordBatch>>> {
+    /// Every column at the ledger's current generation (or newer): [`AttemptCache::columns`] of all.
+    pub fn batches(&self) -> Result<Vec<RecordBatch>> {
+        let all: Vec<usize> = (0..COLUMNS).collect();
+        self.columns(&all)
+    }
+
+    /// `columns` (indexes into [`schema()`], in that order) at the ledger's current generation
+    /// (or newer), as batches whose schema is that projection. Scans when a write landed since
+    /// the last scan, or when a column was not built yet; a scan for more columns checks that its
+    /// keys equal the cached ones (a write between reading the generation and the snapshot
+    /// could otherwise pair columns of two snapshots) and starts over when they do not.
+    /// Concurrent callers wait for one scan instead of each making their own.
+    /// Errors: [`scan_columns`]'.
+    pub fn columns(&self, columns: &[usize]) -> Result<Vec<RecordBatch>> {
         let mut cached = self
             .cached
             .lock()
@@ -317,13 +462,50 @@ impl AttemptCache {
         // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
         // is never newer than its rows claim.
         let generation = self.ledger.generation();
-        if let Some((g, b)) = cached.as_ref()
-            && *g == generation
-        {
-            return Ok(b.clone());
+        if cached.generation != Some(generation) {
+            *cached = Cached {
+                generation: Some(generation),
+                ..Cached::default()
+            };
         }
-        let batches = Arc::new(scan(&self.ledger)?);
-        *cached = Some((generation, batches.clone()));
-        Ok(batches)
+        let missing: Vec<usize> = columns
+            .iter()
+            .copied()
+            .filter(|c| !cached.columns.contains_key(c))
+            .collect();
+        // Nothing read yet at this generation: scan even for no columns (COUNT(*)), for the row counts.
+        if !missing.is_empty() || cached.columns.is_empty() {
+            let mut need: Vec<usize> = KEY_COLUMNS.to_vec();
+            need.extend(missing.iter().filter(|c| !KEY_COLUMNS.contains(c)));
+            let fresh = scan_columns(&self.ledger, &need)?;
+            if !cached.columns.is_empty() && !cached.same_keys(&need, &fresh) {
+                // Another snapshot: keep only what this scan read.
+                cached.columns.clear();
+                let mut all: Vec<usize> = columns.to_vec();
+                all.extend(KEY_COLUMNS.iter().filter(|k| !columns.contains(k)));
+                let again = scan_columns(&self.ledger, &all)?;
+                cached.keep(&all, &again);
+            } else {
+                cached.keep(&need, &fresh);
+            }
+        }
+        let schema: SchemaRef = Arc::new(
+            schema()
+                .project(columns)
+                .map_err(datafusion::error::DataFusionError::from)?,
+        );
+        let options = |rows| RecordBatchOptions::new().with_row_count(Some(rows));
+        cached
+            .chunk_rows
+            .iter()
+            .enumerate()
+            .map(|(k, &rows)| {
+                let arrays: Vec<ArrayRef> = columns.iter().map(|c| cached.columns[c][k].clone()).collect();
+                Ok(
+                    RecordBatch::try_new_with_options(schema.clone(), arrays, &options(rows))
+                        .map_err(datafusion::error::DataFusionError::from)?,
+                )
+            })
+            .collect()
     }
 }

@@ -24,6 +24,11 @@ use crate::error::Result;
 /// Reads one table's rows out of the ledger (at each scan, from a fresh read transaction).
 pub type ReadFn = Arc<dyn Fn(&Ledger) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
+/// Reads only some columns (indexes into the table's schema, in that order) of every row; the
+/// batches' schema is that projection. The function keeps its own cache (see
+/// [`crate::job_attempt::AttemptCache`]).
+pub type ProjectedReadFn = Arc<dyn Fn(&Ledger, &[usize]) -> Result<Vec<RecordBatch>> + Send + Sync>;
+
 /// Reads the rows of one job (`job_id = '…'`) by a key-range read instead of a full scan.
 pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
@@ -38,6 +43,8 @@ pub struct LedgerTable {
     order: Vec<&'static str>,
     /// A point read for queries that fix `job_id` to one value.
     job_read: Option<JobReadFn>,
+    /// Reads only the columns a scan asks for, instead of `read` (whose whole rows are cached).
+    projected: Option<ProjectedReadFn>,
 }
 
 impl LedgerTable {
@@ -50,7 +57,22 @@ impl LedgerTable {
             cache: Mutex::new(None),
             order: Vec::new(),
             job_read: None,
+            projected: None,
         }
+    }
+
+    /// A table with `schema` whose scans read only the columns they project, through `read`
+    /// (which caches them; this table keeps no copy).
+    pub fn projected(schema: SchemaRef, ledger: Ledger, read: ProjectedReadFn) -> Self {
+        let whole = read.clone();
+        let width = schema.fields().len();
+        let mut table = LedgerTable::new(
+            schema,
+            ledger,
+            Arc::new(move |l: &Ledger| whole(l, &(0..width).collect::<Vec<_>>())),
+        );
+        table.projected = Some(read);
+        table
     }
 
     /// Answers a scan whose filters include `job_id = '<literal>'` with `read` (that job's rows,
@@ -120,6 +142,28 @@ impl TableProvider for LedgerTable {
                 .map_err(|e| DataFusionError::External(Box::new(e)))?
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
             return self.source(batches, projection);
+        }
+        if let Some(read) = &self.projected {
+            let columns: Vec<usize> = projection
+                .cloned()
+                .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+            let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
+            let batches = tokio::task::spawn_blocking(move || read(&ledger, &cols))
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let schema = Arc::new(self.schema.project(&columns)?);
+            let mut source = MemorySourceConfig::try_new(&[batches], schema.clone(), None)?;
+            // The declared order holds for the longest prefix of its columns that was read.
+            let sort: Vec<PhysicalSortExpr> = self
+                .order
+                .iter()
+                .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
+                .collect();
+            if let Some(ordering) = LexOrdering::new(sort) {
+                source = source.try_with_sort_information(vec![ordering])?;
+            }
+            return Ok(DataSourceExec::from_data_source(source));
         }
         // Read the generation before the rows: a write that lands meanwhile bumps it, so the
         // cache entry is never newer than its rows claim.

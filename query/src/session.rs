@@ -153,17 +153,15 @@ impl Session {
         // job_rollup materialized from it.
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
-            ("job_attempt", job_attempt::schema(), {
-                let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| Ok(attempts.batches()?.as_ref().clone()))
-            }),
             ("job_rollup", job_rollup::schema(), {
                 let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| job_rollup::rollup(&attempts.batches()?))
+                Arc::new(move |_: &Ledger| job_rollup::rollup(&attempts.columns(&job_attempt::ROLLUP_COLUMNS)?))
             }),
             (idem_artifacts::TABLE, idem_artifacts::schema(), {
                 let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| idem_artifacts::idem_artifacts(&attempts.batches()?))
+                Arc::new(move |_: &Ledger| {
+                    idem_artifacts::idem_artifacts(&attempts.columns(&job_attempt::ROLLUP_COLUMNS)?)
+                })
             }),
             (
                 "attempt_conflict",
@@ -199,6 +197,16 @@ impl Session {
                 Arc::new(retention::scan_verify_runs),
             ),
         ];
+        // job_attempt builds only the columns each query reads, cached per write generation.
+        let job_attempt_table = LedgerTable::projected(job_attempt::schema(), ledger.clone(), {
+            let attempts = attempts.clone();
+            Arc::new(move |_: &Ledger, columns: &[usize]| attempts.columns(columns))
+        })
+        .sorted_by(&["job_id", "attempt_no"])
+        .with_job_read(Arc::new(|l: &Ledger, job_id: &str| {
+            job_attempt::to_batches(&l.job_attempts(job_id)?)
+        }));
+        ctx.register_table("job_attempt", Arc::new(job_attempt_table))?;
         for (name, schema, read) in tables {
             let mut table = LedgerTable::new(schema, ledger.clone(), read);
             match name {

@@ -195,3 +195,30 @@ fn the_parallel_scan_returns_every_attempt_in_key_order_across_chunks() {
         .unwrap();
     assert_eq!(keys, from_ledger);
 }
+
+#[tokio::test]
+async fn columns_built_by_different_queries_line_up_with_a_full_read() {
+    let (_d, ledger) = small();
+    let session = Session::new(ledger).await.unwrap();
+    // Each query builds the columns it reads; later ones add to what the cache holds.
+    let first = rows(&session, "SELECT job_id, attempt_no, outcome FROM job_attempt").await;
+    let second = rows(
+        &session,
+        "SELECT job_id, attempt_no, tokens_in, outcome, model FROM job_attempt",
+    )
+    .await;
+    let count = rows(&session, "SELECT COUNT(*) FROM job_attempt").await;
+    let all = rows(
+        &session,
+        "SELECT job_id, attempt_no, tokens_in, outcome, model, lane, ingested_at FROM job_attempt",
+    )
+    .await;
+    assert_eq!(count, [["8"]]);
+    assert_eq!(all.len(), 8);
+    for (i, row) in all.iter().enumerate() {
+        assert_eq!(first[i], [row[0].clone(), row[1].clone(), row[3].clone()]);
+        assert_eq!(second[i], row[..5].to_vec());
+    }
+    assert_eq!(all[0][..5], ["j1", "1", "100", "ambiguous", ""]);
+    assert_eq!(all[7][..6], ["j5", "2", "7", "ok", "", "paid"]);
+}

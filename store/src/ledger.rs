@@ -192,6 +192,12 @@ impl AttemptChunk {
     }
 }
 
+/// redb's page cache for one open ledger, in bytes: 256 MiB. Writes touch the newest pages and
+/// the write rules' point reads are few per record, so a small cache serves ingest; a query scans
+/// the attempts once into Arrow ([`Ledger::attempt_chunks`]), where a larger cache would only
+/// hold a second copy of pages already read (redb's default is 1 GiB).
+pub const CACHE_BYTES: usize = 256 << 20;
+
 /// The attempt ledger. Cheap to clone: clones share one open redb [`Database`].
 #[derive(Clone)]
 pub struct Ledger {
@@ -216,7 +222,7 @@ impl Ledger {
     /// when a newer laneledger wrote it, [`Error::Storage`] for anything redb reports.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let db = match Database::create(&path) {
+        let db = match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
             Err(e) => return Err(Error::Storage(e.into())),
