@@ -226,6 +226,15 @@ fn main() {
         tokens
     });
 
+    measure("decode: in place (AttemptRef, borrowed strings)", n, iters, || {
+        let mut tokens = 0u64;
+        for b in &raw {
+            let s = laneledger_store::decode_attempt_ref(b).unwrap();
+            tokens += s.attempt.tokens_in.unwrap_or(0);
+        }
+        tokens
+    });
+
     // --- The scan and its parts: redb iteration, redb + decode, Arrow building, all three.
     measure("scan part: redb iteration only (value bytes summed)", n, iters, || {
         let txn = ledger.database().begin_read().unwrap();
@@ -253,6 +262,21 @@ fn main() {
             batches
         },
     );
+    measure("scan: job_attempt::scan_columns, job_rollup's 7 columns", n, iters, || {
+        let batches = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
+        batches.iter().map(|b| b.num_rows()).sum::<usize>()
+    });
+    {
+        let columns = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
+        measure("aggregate: job_rollup materialized (one sorted pass)", n, iters, || {
+            let b = laneledger_query::job_rollup::rollup(&columns).unwrap();
+            b.iter().map(|b| b.num_rows()).sum::<usize>()
+        });
+        measure("aggregate: idem_artifacts materialized (hash pass)", n, iters, || {
+            let b = laneledger_query::idem_artifacts::idem_artifacts(&columns).unwrap();
+            b.iter().map(|b| b.num_rows()).sum::<usize>()
+        });
+    }
     measure("scan: job_attempt::scan (redb -> Arrow)", n, iters, || {
         let batches = job_attempt::scan(&ledger).unwrap();
         assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), n);

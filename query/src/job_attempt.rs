@@ -326,7 +326,6 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 let (rx, schema) = (&rx, &schema);
-                let columns = columns;
                 scope.spawn(move || -> Result<Vec<(usize, RecordBatch)>> {
                     let mut out = Vec::new();
                     let mut failed = None;
