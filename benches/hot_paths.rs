@@ -262,10 +262,15 @@ fn main() {
             batches
         },
     );
-    measure("scan: job_attempt::scan_columns, job_rollup's 7 columns", n, iters, || {
-        let batches = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
-        batches.iter().map(|b| b.num_rows()).sum::<usize>()
-    });
+    measure(
+        "scan: job_attempt::scan_columns, job_rollup's 7 columns",
+        n,
+        iters,
+        || {
+            let batches = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
+            batches.iter().map(|b| b.num_rows()).sum::<usize>()
+        },
+    );
     {
         let columns = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
         measure("aggregate: job_rollup materialized (one sorted pass)", n, iters, || {
