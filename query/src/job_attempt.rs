@@ -440,12 +440,6 @@ impl AttemptCache {
         }
     }
 
-    /// Every column at the ledger's current generation (or newer): [`AttemptCache::columns`] of all.
-    pub fn batches(&self) -> Result<Vec<RecordBatch>> {
-        let all: Vec<usize> = (0..COLUMNS).collect();
-        self.columns(&all)
-    }
-
     /// `columns` (indexes into [`schema()`], in that order) at the ledger's current generation
     /// (or newer), as batches whose schema is that projection. Scans when a write landed since
     /// the last scan, or when a column was not built yet; a scan for more columns checks that its

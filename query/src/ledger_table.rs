@@ -36,15 +36,21 @@ pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Sen
 pub struct LedgerTable {
     schema: SchemaRef,
     ledger: Ledger,
-    read: ReadFn,
+    read: Read,
     /// The batches of the last scan, under the ledger generation they were read at.
     cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
     /// Columns the rows are sorted by (ascending), as the read function guarantees.
     order: Vec<&'static str>,
     /// A point read for queries that fix `job_id` to one value.
     job_read: Option<JobReadFn>,
-    /// Reads only the columns a scan asks for, instead of `read` (whose whole rows are cached).
-    projected: Option<ProjectedReadFn>,
+}
+
+/// How a table's rows are read.
+enum Read {
+    /// Whole rows, cached here per write generation.
+    Whole(ReadFn),
+    /// Only the columns a scan projects; the function keeps its own cache.
+    Columns(ProjectedReadFn),
 }
 
 impl LedgerTable {
@@ -53,26 +59,24 @@ impl LedgerTable {
         LedgerTable {
             schema,
             ledger,
-            read,
+            read: Read::Whole(read),
             cache: Mutex::new(None),
             order: Vec::new(),
             job_read: None,
-            projected: None,
         }
     }
 
     /// A table with `schema` whose scans read only the columns they project, through `read`
     /// (which caches them; this table keeps no copy).
     pub fn projected(schema: SchemaRef, ledger: Ledger, read: ProjectedReadFn) -> Self {
-        let whole = read.clone();
-        let width = schema.fields().len();
-        let mut table = LedgerTable::new(
+        LedgerTable {
             schema,
             ledger,
-            Arc::new(move |l: &Ledger| whole(l, &(0..width).collect::<Vec<_>>())),
-        );
-        table.projected = Some(read);
-        table
+            read: Read::Columns(read),
+            cache: Mutex::new(None),
+            order: Vec::new(),
+            job_read: None,
+        }
     }
 
     /// Answers a scan whose filters include `job_id = '<literal>'` with `read` (that job's rows,
@@ -137,34 +141,20 @@ impl TableProvider for LedgerTable {
             && let Some(job_id) = filters.iter().find_map(job_id_literal)
         {
             let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
-            let batches = tokio::task::spawn_blocking(move || read(&ledger, &job_id))
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let batches = blocking(move || read(&ledger, &job_id)).await?;
             return self.source(batches, projection);
         }
-        if let Some(read) = &self.projected {
-            let columns: Vec<usize> = projection
-                .cloned()
-                .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-            let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
-            let batches = tokio::task::spawn_blocking(move || read(&ledger, &cols))
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let schema = Arc::new(self.schema.project(&columns)?);
-            let mut source = MemorySourceConfig::try_new(&[batches], schema.clone(), None)?;
-            // The declared order holds for the longest prefix of its columns that was read.
-            let sort: Vec<PhysicalSortExpr> = self
-                .order
-                .iter()
-                .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
-                .collect();
-            if let Some(ordering) = LexOrdering::new(sort) {
-                source = source.try_with_sort_information(vec![ordering])?;
+        let read = match &self.read {
+            Read::Whole(read) => read,
+            Read::Columns(read) => {
+                let columns: Vec<usize> = projection
+                    .cloned()
+                    .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+                let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
+                let batches = blocking(move || read(&ledger, &cols)).await?;
+                return self.projected_source(batches, &columns);
             }
-            return Ok(DataSourceExec::from_data_source(source));
-        }
+        };
         // Read the generation before the rows: a write that lands meanwhile bumps it, so the
         // cache entry is never newer than its rows claim.
         let generation = self.ledger.generation();
@@ -176,15 +166,8 @@ impl TableProvider for LedgerTable {
         let batches = match cached {
             Some((g, b)) if g == generation => b,
             _ => {
-                let ledger = self.ledger.clone();
-                let read = self.read.clone();
-                // redb reads block: keep them off the async executor's threads.
-                let b = Arc::new(
-                    tokio::task::spawn_blocking(move || read(&ledger))
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?,
-                );
+                let (ledger, read) = (self.ledger.clone(), read.clone());
+                let b = Arc::new(blocking(move || read(&ledger)).await?);
                 if let Ok(mut c) = self.cache.lock() {
                     *c = Some((generation, b.clone()));
                 }
@@ -195,7 +178,38 @@ impl TableProvider for LedgerTable {
     }
 }
 
+/// Runs a ledger read on tokio's blocking threads: redb reads block, and must not hold up the
+/// async executor's threads.
+async fn blocking<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T> + Send + 'static,
+) -> datafusion::error::Result<T> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?
+        .map_err(|e| DataFusionError::External(Box::new(e)))
+}
+
 impl LedgerTable {
+    /// `batches` of the projected `columns` (indexes into the schema) as one in-memory partition;
+    /// the declared order holds for the longest prefix of its columns that was read.
+    fn projected_source(
+        &self,
+        batches: Vec<RecordBatch>,
+        columns: &[usize],
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let schema = Arc::new(self.schema.project(columns)?);
+        let mut source = MemorySourceConfig::try_new(&[batches], schema.clone(), None)?;
+        let sort: Vec<PhysicalSortExpr> = self
+            .order
+            .iter()
+            .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
+            .collect();
+        if let Some(ordering) = LexOrdering::new(sort) {
+            source = source.try_with_sort_information(vec![ordering])?;
+        }
+        Ok(DataSourceExec::from_data_source(source))
+    }
+
     /// `batches` (in the table's declared order) as one in-memory partition.
     fn source(
         &self,
