@@ -606,6 +606,18 @@ fn split_csv_row<R: BufRead>(
     if too_long {
         return Err((format!("row longer than {MAX_LINE_BYTES} bytes"), text));
     }
+    // Without a quote (or a stray CR, which the csv crate reads as a row end) a row is its text
+    // split at the commas: the same fields the csv crate gives, without building a reader per row
+    // (that costs ~16 µs a row).
+    if !text.is_empty() && !text.contains(['"', '\r']) {
+        return Ok((text.split(',').map(str::to_string).collect(), text));
+    }
+    csv_fields(text)
+}
+
+/// The fields of one CSV row's whole `text` by the csv crate (quotes, doubled quotes, commas and
+/// line ends inside quotes), or the reason it is not one row.
+fn csv_fields(text: String) -> Result<(Vec<String>, String), (String, String)> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -623,6 +635,31 @@ fn split_csv_row<R: BufRead>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_without_quotes_split_as_the_csv_crate_splits_them() {
+        for row in [
+            "a,b,c",
+            "a,,c,",
+            ",",
+            "job-1,k-1,1,free,2026-11-16T10:00:00Z,,ok,500,300,art-1",
+            " spaced , fields ",
+            "one",
+            "ünïcode,☃,x",
+        ] {
+            let fast = split_csv_row(row, &mut std::io::empty(), &mut 0, &mut 0).unwrap();
+            let slow = csv_fields(row.to_string()).unwrap();
+            assert_eq!(fast, slow, "{row:?}");
+        }
+        // Quoted rows and stray CRs still go through the csv crate.
+        assert_eq!(
+            split_csv_row(r#"a,"b,c",d"#, &mut std::io::empty(), &mut 0, &mut 0)
+                .unwrap()
+                .0,
+            ["a", "b,c", "d"]
+        );
+        assert!(split_csv_row("a\rb,c", &mut std::io::empty(), &mut 0, &mut 0).is_err());
+    }
 
     fn read(format: InputFormat, input: &[u8]) -> Vec<Parsed> {
         AttemptReader::new("in", input, format).map(|p| p.unwrap()).collect()
