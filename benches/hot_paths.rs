@@ -22,7 +22,7 @@ use laneledger_query::gate_metrics::GATE_WEEKS_SQL;
 use laneledger_query::job_attempt;
 use laneledger_query::metrics::WEEKS_SQL;
 use laneledger_query::views::{SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
-use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::parse::{attempt_from_csv, attempt_from_json};
 use laneledger_store::record::ATTEMPT_FIELDS;
 use laneledger_store::{
@@ -148,18 +148,13 @@ fn main() {
 
     // The input: seed 000's no-pin drill over 28 days, as NDJSON lines and as CSV.
     let t = Instant::now();
-    let mut rng = SplitMix64::new(1);
     let start = laneledger_store::parse_timestamp("2026-11-02T00:00:00Z").unwrap();
-    let js = drill::synthetic_jobs(jobs, start, 28.0, &mut rng);
-    let attempts = drill::run(
-        &DrillConfig {
-            policy: Policy::NoPin,
-            seed: 1,
-            job_prefix: String::new(),
-        },
-        &js,
-        &mut rng,
-    );
+    let cfg = DrillConfig {
+        policy: Policy::NoPin,
+        seed: 1,
+        job_prefix: String::new(),
+    };
+    let attempts = drill::synthetic(&cfg, jobs, start, 28.0);
     let lines: Vec<String> = attempts
         .iter()
         .map(|a| serde_json::to_string(&a.to_json()).unwrap())

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use laneledger_query::Session;
 use laneledger_query::views::{SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
-use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
 
 const SEED_DDL: &str = "CREATE TABLE job_attempt (
@@ -40,18 +40,13 @@ fn main() {
 
     // The input: seed 000's no-pin drill (it has duplicates), over 28 days.
     {
-        let mut rng = SplitMix64::new(1);
         let start = laneledger_store::parse_timestamp("2026-11-02T00:00:00Z").unwrap();
-        let js = drill::synthetic_jobs(jobs, start, 28.0, &mut rng);
-        let attempts = drill::run(
-            &DrillConfig {
-                policy: Policy::NoPin,
-                seed: 1,
-                job_prefix: String::new(),
-            },
-            &js,
-            &mut rng,
-        );
+        let cfg = DrillConfig {
+            policy: Policy::NoPin,
+            seed: 1,
+            job_prefix: String::new(),
+        };
+        let attempts = drill::synthetic(&cfg, jobs, start, 28.0);
         let mut w = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
         for a in &attempts {
             serde_json::to_writer(&mut w, &a.to_json()).unwrap();

@@ -30,7 +30,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection
 use datafusion::optimizer::AnalyzerRule;
 
 use crate::error::Result;
-use crate::job_attempt::BATCH_ROWS;
+use crate::job_attempt::{self, BATCH_ROWS};
 
 /// The table's name in SQL.
 pub const TABLE: &str = "idem_artifacts";
@@ -60,11 +60,7 @@ pub fn idem_artifacts(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let mut index: HashMap<&str, usize> = HashMap::with_capacity_and_hasher(rows, Default::default());
     let mut keys: Vec<Key<'_>> = Vec::with_capacity(rows);
     for batch in attempts {
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .ok_or_else(|| crate::Error::Internal(format!("job_attempt batch without {name}")))
-        };
+        let column = |name: &str| job_attempt::column(batch, name);
         let idem_key = column("idem_key")?.as_string::<i32>();
         let artifact_id = column("artifact_id")?.as_string::<i32>();
         for i in 0..batch.num_rows() {

@@ -21,6 +21,14 @@ pub const COLUMNS: usize = 18;
 /// lane, tokens_in, tokens_out, artifact_id (indexes into [`schema()`]).
 pub const ROLLUP_COLUMNS: [usize; 7] = [0, 1, 2, 3, 7, 8, 9];
 
+/// `batch`'s column `name` (a `job_attempt` batch, whole or projected).
+/// Errors: [`crate::Error::Internal`] when the batch has no such column.
+pub fn column<'b>(batch: &'b RecordBatch, name: &str) -> Result<&'b ArrayRef> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| crate::Error::Internal(format!("job_attempt batch without {name}")))
+}
+
 /// The key columns job_id and attempt_no, which every cached projection keeps.
 const KEY_COLUMNS: [usize; 2] = [0, 2];
 

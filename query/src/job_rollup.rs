@@ -27,7 +27,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Builder, RecordBat
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::Result;
-use crate::job_attempt::BATCH_ROWS;
+use crate::job_attempt::{self, BATCH_ROWS};
 
 /// `job_rollup`'s schema, with the types and nullability DataFusion gives the seed's view:
 /// job_id Utf8, idem_key Utf8 (MAX), free_attempts, paid_attempts and tokens Int64 (SQLite-rule
@@ -124,11 +124,7 @@ pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let mut out = Out::new();
     let mut job: Option<Job<'_>> = None;
     for batch in attempts {
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .ok_or_else(|| crate::Error::Internal(format!("job_attempt batch without {name}")))
-        };
+        let column = |name: &str| job_attempt::column(batch, name);
         let job_id = column("job_id")?.as_string::<i32>();
         let idem_key = column("idem_key")?.as_string::<i32>();
         let lane = column("lane")?.as_string::<i32>();

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::{DEFAULT_BATCH, Incoming, InputFormat, Ledger, ingest_reader};
 
 /// The repository's sample-data folder.
@@ -34,18 +34,13 @@ pub fn ledger_from(files: &[&str]) -> (tempfile::TempDir, Ledger) {
 pub fn ledger_from_drill(jobs: usize, policy: Policy, seed: u64) -> (tempfile::TempDir, Ledger) {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
-    let mut rng = SplitMix64::new(seed);
     let start = laneledger_store::parse_timestamp("2026-11-02T00:00:00Z").unwrap();
-    let js = drill::synthetic_jobs(jobs, start, 14.0, &mut rng);
-    let attempts = drill::run(
-        &DrillConfig {
-            policy,
-            seed,
-            job_prefix: "g-".into(),
-        },
-        &js,
-        &mut rng,
-    );
+    let cfg = DrillConfig {
+        policy,
+        seed,
+        job_prefix: "g-".into(),
+    };
+    let attempts = drill::synthetic(&cfg, jobs, start, 14.0);
     for chunk in attempts.chunks(DEFAULT_BATCH) {
         let batch = chunk
             .iter()

@@ -152,6 +152,18 @@ async fn a_job_id_filter_reads_that_job_only_and_answers_as_a_scan_would() {
     ] {
         assert_eq!(rows(&session, sql).await, want, "{sql}");
     }
+    // The equality reaches the table (so its scan reads the key range); the OR does not.
+    let pushed = plan(&session, "SELECT attempt_no FROM job_attempt WHERE job_id = 'j1'").await;
+    assert!(
+        pushed.contains("partial_filters=[job_attempt.job_id = Utf8("),
+        "{pushed}"
+    );
+    let not_pushed = plan(
+        &session,
+        "SELECT attempt_no FROM job_attempt WHERE job_id = 'j1' OR job_id = 'x'",
+    )
+    .await;
+    assert!(!not_pushed.contains("partial_filters"), "{not_pushed}");
     assert!(
         rows(&session, "SELECT * FROM job_attempt WHERE job_id = 'absent'")
             .await

@@ -65,14 +65,12 @@ fn one(job_id: &str, idem_key: &str, started_at: i64, ended_at: Option<i64>) -> 
 /// - `far-old`: ended 2 hours before the cutoff, `far-new` (same idem_key) started after the
 ///   cutoff: outside the window, so `far-old` goes.
 fn attempts() -> Vec<Attempt> {
-    let mut rng = SplitMix64::new(11);
-    let jobs = drill::synthetic_jobs(240, start(), 60.0, &mut rng);
     let cfg = DrillConfig {
         policy: Policy::NoPin,
         seed: 11,
         job_prefix: "d-".into(),
     };
-    let mut all = drill::run(&cfg, &jobs, &mut rng);
+    let mut all = drill::synthetic(&cfg, 240, start(), 60.0);
     let c = cutoff();
     all.push(one("open-old", "open", start() + DAY_MICROS, None));
     all.push(one("rec-old", "rec", c - 20 * MIN, Some(c - 5 * MIN)));

@@ -152,6 +152,14 @@ pub fn trace_jobs(text: &str) -> Result<Vec<DrillJob>, String> {
     Ok(jobs)
 }
 
+/// `n` synthetic jobs over `days` days from `start` (µs since the epoch), routed under `cfg`, from
+/// one random stream seeded with `cfg.seed`: the attempts `laneledger drill --jobs n` writes.
+pub fn synthetic(cfg: &DrillConfig, n: usize, start: i64, days: f64) -> Vec<Attempt> {
+    let mut rng = SplitMix64::new(cfg.seed);
+    let jobs = synthetic_jobs(n, start, days, &mut rng);
+    run(cfg, &jobs, &mut rng)
+}
+
 /// Routes every job under the policy and returns their attempts, job by job, in attempt order.
 pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<Attempt> {
     let mut out = Vec::with_capacity(jobs.len() * 14 / 10);

@@ -22,14 +22,12 @@ const START: &str = "2026-09-01T00:00:00Z";
 fn build(path: &Path) -> Ledger {
     let ledger = Ledger::open(path).unwrap();
     let start = parse_timestamp(START).unwrap();
-    let mut rng = SplitMix64::new(7);
-    let jobs = drill::synthetic_jobs(120, start, 60.0, &mut rng);
     let cfg = DrillConfig {
         policy: Policy::NoPin,
         seed: 7,
         job_prefix: "t-".into(),
     };
-    let attempts = drill::run(&cfg, &jobs, &mut rng);
+    let attempts = drill::synthetic(&cfg, 120, start, 60.0);
     let mut text = String::new();
     for (i, a) in attempts.iter().enumerate() {
         if i % 3 == 0 {
