@@ -4,7 +4,8 @@
 //! `ingest_reject`, `gate_decision`, `decision_conflict`, and SPEC 6's `retention_sweep`, `week_snapshot`,
 //! `verify_run`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
 //! boolean-summing rule ([`sqlite_sum()`]), materializes seed 000's `job_rollup` view
-//! ([`job_rollup`]) and `idem_artifacts` ([`idem_artifacts`]) once per write, creates the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
+//! ([`job_rollup`]), `idem_artifacts` ([`idem_artifacts`]), `job_week` ([`job_week`]) and `week_rollup`
+//! ([`week_rollup`]) once per write, creates the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
 //! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
 //! into seed 003's dwell gate review. [`export`] writes `job_attempt` as Parquet, Arrow IPC or
 //! CSV files partitioned by day (SPEC 8 export; also the retention archive of SPEC 6).
@@ -29,6 +30,7 @@ pub mod idem_artifacts;
 pub mod ingest_reject;
 pub mod job_attempt;
 pub mod job_rollup;
+pub mod job_week;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;
@@ -37,6 +39,7 @@ pub mod sections;
 pub mod session;
 pub mod sqlite_sum;
 pub mod views;
+pub mod week_rollup;
 
 pub use error::{Error, ExportWriteError, Result};
 pub use export::{ExportFormat, ExportSummary, ExportedFile};

@@ -46,7 +46,7 @@ pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<Strin
                     w.write(b)?;
                 }
             }
-            Ok(String::from_utf8_lossy(&buf).into_owned())
+            Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
         }
         OutputFormat::Json => {
             let mut buf = Vec::new();
@@ -63,7 +63,7 @@ pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<Strin
                 buf.extend_from_slice(b"[]");
             }
             buf.push(b'\n');
-            Ok(String::from_utf8_lossy(&buf).into_owned())
+            Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
         }
     }
 }

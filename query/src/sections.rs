@@ -274,7 +274,16 @@ impl Session {
                 out.push(self.gate_ratios(week).await?);
             }
             let sql = spec.sql.replace("{week}", week);
-            let result = self.query(&sql).await?;
+            // The first rows by the section's order (a top-k, not a sort of every row: a busy
+            // week has millions of key rest violations), then the count of all of them.
+            let result = self.query(&format!("{sql} LIMIT {MAX_SECTION_ROWS}")).await?;
+            let total_rows = if result.num_rows() < MAX_SECTION_ROWS {
+                result.num_rows()
+            } else {
+                let count = self.query(&format!("SELECT COUNT(*) AS n FROM ({sql})")).await?;
+                let first = count.batches.iter().find(|b| b.num_rows() > 0);
+                first.map_or(0, |b| crate::metrics::i64_col(b, "n", 0)) as usize
+            };
             if spec.id == "refusal_by_kind" {
                 out.push(self.free_lane_bet(week).await?);
             }
@@ -284,7 +293,7 @@ impl Session {
                 title: spec.title,
                 description: spec.description,
                 columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
-                total_rows: result.num_rows(),
+                total_rows,
                 rows: cells(&result.batches, MAX_SECTION_ROWS)?,
                 sql,
             });

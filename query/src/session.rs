@@ -19,7 +19,7 @@ use crate::sqlite_sum::sqlite_sum;
 use crate::views::VIEWS;
 use crate::{
     attempt_conflict, decision_conflict, gate_decision, idem_artifacts, ingest_reject, job_attempt, job_rollup,
-    retention,
+    job_week, retention, week_rollup,
 };
 
 /// The tables every session has: (name, one-line description).
@@ -157,6 +157,14 @@ impl Session {
                 let attempts = attempts.clone();
                 Arc::new(move |_: &Ledger| job_rollup::rollup(&attempts.columns(&job_attempt::ROLLUP_COLUMNS)?))
             }),
+            ("job_week", job_week::schema(), {
+                let attempts = attempts.clone();
+                Arc::new(move |_: &Ledger| job_week::job_weeks(&attempts.columns(&job_week::COLUMNS)?))
+            }),
+            ("week_rollup", week_rollup::schema(), {
+                let attempts = attempts.clone();
+                Arc::new(move |_: &Ledger| week_rollup::week_rollup(&attempts.columns(&week_rollup::COLUMNS)?))
+            }),
             (idem_artifacts::TABLE, idem_artifacts::schema(), {
                 let attempts = attempts.clone();
                 Arc::new(move |_: &Ledger| {
@@ -209,14 +217,8 @@ impl Session {
         ctx.register_table("job_attempt", Arc::new(job_attempt_table))?;
         for (name, schema, read) in tables {
             let mut table = LedgerTable::new(schema, ledger.clone(), read);
-            match name {
-                "job_attempt" => {
-                    table = table.sorted_by(&["job_id", "attempt_no"]).with_job_read(Arc::new(
-                        |l: &Ledger, job_id: &str| job_attempt::to_batches(&l.job_attempts(job_id)?),
-                    ))
-                }
-                "job_rollup" => table = table.sorted_by(&["job_id"]),
-                _ => {}
+            if matches!(name, "job_rollup" | "job_week") {
+                table = table.sorted_by(&["job_id"]);
             }
             let table = Arc::new(table);
             if name == idem_artifacts::TABLE {
@@ -224,10 +226,10 @@ impl Session {
             }
             ctx.register_table(name, table)?;
         }
-        crate::audits::register(&ctx, &ledger, &crate::audits::AuditSettings::from(&config))?;
-        // job_rollup is the seed's view materialized natively (crate::job_rollup); the rest are
-        // created from their SQL text.
-        for (_, sql) in VIEWS.iter().filter(|(name, _)| *name != "job_rollup") {
+        crate::audits::register(&ctx, &ledger, &attempts, &crate::audits::AuditSettings::from(&config))?;
+        // job_rollup, job_week and week_rollup are materialized natively above; the other views
+        // are created from their SQL text.
+        for (_, sql) in VIEWS {
             ctx.sql(sql).await?.collect().await?;
         }
         crate::audits::create_views(&ctx).await?;

@@ -29,6 +29,9 @@ HAVING n > 1;";
 
 /// `job_week`: each job's ISO week, from its first attempt's `started_at` (SPEC 4).
 /// Columns: job_id, week_start (Monday 00:00 UTC), iso_week (`2026-W47`).
+///
+/// The table `job_week` is materialized natively from this definition ([`crate::job_week`]); the
+/// text is kept for the differential test and for anyone rebuilding it elsewhere.
 pub const JOB_WEEK_VIEW: &str = "CREATE VIEW job_week AS
 SELECT job_id,
        date_trunc('week', MIN(started_at)) AS week_start,
@@ -36,15 +39,17 @@ SELECT job_id,
 FROM job_attempt
 GROUP BY job_id";
 
-/// `weekly_metrics`: seed 000's drill table for each ISO week (SPEC 4), one row a week.
-///
-/// A week some of whose attempts a retention sweep removed (SPEC 6) shows the figures
-/// `week_snapshot` kept from before the removal, not what is left of it.
+/// `week_rollup`: seed 000's drill table for each ISO week of the attempts (SPEC 4), one row a
+/// week: iso_week, week_start, jobs, free_attempts, paid_attempts, total_tokens,
+/// unique_accepted_artifacts, duplicate_artifacts, cross_lane_jobs, artifacts and four ratios.
 ///
 /// A ratio whose denominator is 0 is NULL. `tokens_per_accepted_artifact` divides by unique
 /// accepted artifacts (distinct idem_key with an artifact), as the drill table does;
 /// `tokens_per_artifact` divides by `SUM(artifacts)` of `job_rollup`, as the seed's first query does.
-pub const WEEKLY_METRICS_VIEW: &str = "CREATE VIEW weekly_metrics AS
+///
+/// The table `week_rollup` is materialized natively from this definition
+/// ([`crate::week_rollup`]); the text is kept for the differential test.
+pub const WEEK_ROLLUP_VIEW: &str = "CREATE VIEW week_rollup AS
 WITH a AS (
   SELECT w.iso_week, w.week_start, x.job_id, x.idem_key, x.lane,
          x.tokens_in + x.tokens_out AS tokens, x.artifact_id
@@ -77,8 +82,7 @@ keys AS (
   SELECT iso_week, COUNT(*) AS unique_accepted_artifacts,
          SUM(artifacts - 1) AS duplicate_artifacts
   FROM per_key GROUP BY iso_week
-),
-live AS (
+)
 SELECT j.iso_week, j.week_start, j.jobs, j.free_attempts, j.paid_attempts, j.total_tokens,
        COALESCE(k.unique_accepted_artifacts, 0) AS unique_accepted_artifacts,
        COALESCE(k.duplicate_artifacts, 0) AS duplicate_artifacts,
@@ -89,8 +93,13 @@ SELECT j.iso_week, j.week_start, j.jobs, j.free_attempts, j.paid_attempts, j.tot
        100.0 * COALESCE(k.duplicate_artifacts, 0) / NULLIF(j.jobs, 0) AS duplicate_artifacts_per_100_jobs,
        CAST(j.cross_lane_jobs AS DOUBLE) / NULLIF(j.jobs, 0) AS cross_lane_retries_per_job
 FROM jobs j LEFT JOIN keys k ON j.iso_week = k.iso_week
-)
-SELECT * FROM live WHERE iso_week NOT IN (SELECT iso_week FROM week_snapshot)
+ORDER BY week_start";
+
+/// `weekly_metrics`: `week_rollup`, except that a week some of whose attempts a retention sweep
+/// removed (SPEC 6) shows the figures `week_snapshot` kept from before the removal, not what is
+/// left of it. Columns as `week_rollup`'s.
+pub const WEEKLY_METRICS_VIEW: &str = "CREATE VIEW weekly_metrics AS
+SELECT * FROM week_rollup WHERE iso_week NOT IN (SELECT iso_week FROM week_snapshot)
 UNION ALL
 SELECT iso_week, week_start, jobs, free_attempts, paid_attempts, total_tokens, unique_accepted_artifacts,
        duplicate_artifacts, cross_lane_jobs, artifacts, tokens_per_accepted_artifact, tokens_per_artifact,
@@ -153,10 +162,9 @@ SELECT iso_week, week_start, decisions, admit_free, defer, reserved,
        decision_mismatches
 FROM w";
 
-/// Every view, in creation order: (name, SQL).
-pub const VIEWS: [(&str, &str); 5] = [
-    ("job_rollup", SEED_JOB_ROLLUP_VIEW),
-    ("job_week", JOB_WEEK_VIEW),
+/// The views created from their SQL text, in creation order: (name, SQL). `job_rollup`,
+/// `job_week` and `week_rollup` are tables materialized from their definitions above.
+pub const VIEWS: [(&str, &str); 3] = [
     ("weekly_metrics", WEEKLY_METRICS_VIEW),
     ("duplicate_artifact", DUPLICATE_ARTIFACT_VIEW),
     ("gate_weekly", GATE_WEEKLY_VIEW),

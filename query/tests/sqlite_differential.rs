@@ -6,9 +6,11 @@
 mod common;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, TimestampMicrosecondType, UInt64Type};
 use laneledger_query::Session;
-use laneledger_query::views::{SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
+use laneledger_query::views::{
+    JOB_WEEK_VIEW, SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES, WEEK_ROLLUP_VIEW,
+};
 use laneledger_store::Ledger;
 use laneledger_store::drill::Policy;
 
@@ -76,6 +78,7 @@ fn cell_df(col: &dyn Array, row: usize) -> String {
         DataType::Float64 => format!("{:?}", col.as_primitive::<Float64Type>().value(row)),
         DataType::Utf8 => col.as_string::<i32>().value(row).to_string(),
         DataType::Utf8View => col.as_string_view().value(row).to_string(),
+        DataType::Timestamp(_, _) => col.as_primitive::<TimestampMicrosecondType>().value(row).to_string(),
         other => panic!("unexpected type {other}"),
     }
 }
@@ -111,7 +114,8 @@ fn rows_sqlite(conn: &rusqlite::Connection, sql: &str) -> Vec<Vec<String>> {
 
 /// A plain DataFusion context over the same attempts, with SQLite's `SUM` and the seed's
 /// `CREATE VIEW job_rollup` text run verbatim: no materialized `job_rollup`, no `idem_artifacts`
-/// rewrite. laneledger's answers must equal these too.
+/// rewrite. laneledger's answers must equal these too. `job_week` and `week_rollup` are created
+/// from their SQL text as well, for [`assert_weeks_match_their_sql`].
 async fn seed_text_context(ledger: &Ledger) -> datafusion::prelude::SessionContext {
     let ctx = datafusion::prelude::SessionContext::new();
     ctx.register_udaf(laneledger_query::sqlite_sum());
@@ -119,8 +123,29 @@ async fn seed_text_context(ledger: &Ledger) -> datafusion::prelude::SessionConte
     let table =
         datafusion::datasource::MemTable::try_new(laneledger_query::job_attempt::schema(), vec![batches]).unwrap();
     ctx.register_table("job_attempt", std::sync::Arc::new(table)).unwrap();
-    ctx.sql(SEED_JOB_ROLLUP_VIEW).await.unwrap().collect().await.unwrap();
+    for view in [SEED_JOB_ROLLUP_VIEW, JOB_WEEK_VIEW, WEEK_ROLLUP_VIEW] {
+        ctx.sql(view).await.unwrap().collect().await.unwrap();
+    }
     ctx
+}
+
+/// `job_week` and `week_rollup`, materialized in one pass each, equal DataFusion running their
+/// SQL text (SQLite has no `date_trunc('week')` or ISO week format, so it is left out).
+async fn assert_weeks_match_their_sql(session: &Session, plain: &datafusion::prelude::SessionContext) {
+    for sql in [
+        "SELECT * FROM job_week",
+        "SELECT * FROM week_rollup",
+        "SELECT * FROM weekly_metrics",
+    ] {
+        let mut ours = rows_df(&session.query(sql).await.unwrap().batches);
+        // weekly_metrics is week_rollup while no sweep has run.
+        let text = sql.replace("weekly_metrics", "week_rollup");
+        let mut theirs = rows_df(&plain.sql(&text).await.unwrap().collect().await.unwrap());
+        ours.sort();
+        theirs.sort();
+        assert!(!ours.is_empty(), "{sql}");
+        assert_eq!(ours, theirs, "{sql}: materialized versus its SQL text in DataFusion");
+    }
 }
 
 /// Runs each query in both engines and asserts identical rows (sorted: SQL sets have no order),
@@ -130,6 +155,7 @@ async fn assert_same(ledger: Ledger) -> Vec<Vec<String>> {
     let conn = sqlite_of(&ledger);
     let plain = seed_text_context(&ledger).await;
     let session = Session::new(ledger).await.unwrap();
+    assert_weeks_match_their_sql(&session, &plain).await;
     let queries = [
         SEED_Q1_TOKENS_PER_ARTIFACT,
         SEED_Q2_DUPLICATES,

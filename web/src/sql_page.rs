@@ -51,18 +51,28 @@ struct SqlPage {
     page_rows: usize,
 }
 
-/// The views the session creates, with a line on each (the seed's queries first).
-const VIEW_NOTES: [(&str, &str); 8] = [
+/// The views and the tables materialized from view definitions, with a line on each.
+const VIEW_NOTES: [(&str, &str); 9] = [
     (
         "job_rollup",
         "seed 000's per-job rollup (the seed's view, materialized per write)",
     ),
-    ("weekly_metrics", "SPEC 4's drill table, one row per ISO week"),
+    (
+        "week_rollup",
+        "SPEC 4's drill table from the attempts, one row per ISO week (materialized per write)",
+    ),
+    (
+        "weekly_metrics",
+        "week_rollup, with swept weeks as their week_snapshot rows",
+    ),
     (
         "duplicate_artifact",
         "each artifact of an idem_key that received more than one",
     ),
-    ("job_week", "the ISO week of each job's first attempt"),
+    (
+        "job_week",
+        "the ISO week of each job's first attempt (materialized per write)",
+    ),
     ("gate_weekly", "seed 003's dwell-gate ratios per ISO week"),
     ("refusal_by_kind", "seed 002 refusals by error_kind and week"),
     (

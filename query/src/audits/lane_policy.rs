@@ -14,7 +14,7 @@ use laneledger_store::Lane;
 use laneledger_store::policy::lane::PIN_ON;
 
 use super::rows::{int, text};
-use super::{AuditSettings, Snapshot};
+use super::{AuditAttempt, AuditSettings, Snapshot};
 use crate::error::Result;
 
 /// iso_week, job_id, attempt_no, lane, expected_lane, kind (`free_where_paid` |
@@ -36,6 +36,8 @@ pub fn schema() -> SchemaRef {
 /// One flagged attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Violation {
+    /// The attempt's row in the [`Snapshot`].
+    pub row: usize,
     /// The job.
     pub job_id: String,
     /// The attempt.
@@ -67,10 +69,10 @@ fn next_lane(free_attempts: u32, pinned: bool, last: &str, s: &AuditSettings) ->
 }
 
 /// Replays one job's attempts (in attempt_no order) and returns its violations.
-pub fn replay(attempts: &[laneledger_store::StoredAttempt], s: &AuditSettings) -> Vec<Violation> {
+pub fn replay(attempts: &[AuditAttempt<'_>], s: &AuditSettings) -> Vec<Violation> {
     let mut out = Vec::new();
     let (mut free, mut pinned, mut last) = (0u32, false, None::<&'static str>);
-    for a in attempts.iter().map(|s| &s.attempt) {
+    for a in attempts {
         let (expected, pin) = next_lane(free, pinned, last.unwrap_or(""), s);
         let lane = a.lane.as_str();
         if lane != expected {
@@ -96,7 +98,8 @@ pub fn replay(attempts: &[laneledger_store::StoredAttempt], s: &AuditSettings) -
                 )
             };
             out.push(Violation {
-                job_id: a.job_id.clone(),
+                row: a.row,
+                job_id: a.job_id.to_string(),
                 attempt_no: a.attempt_no,
                 lane,
                 expected_lane: expected,
@@ -117,10 +120,10 @@ pub fn replay(attempts: &[laneledger_store::StoredAttempt], s: &AuditSettings) -
 
 /// The `lane_policy_violation` rows of the snapshot.
 pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
-    let v: Vec<Violation> = snap.jobs().flat_map(|job| replay(job, s)).collect();
-    let weeks: Vec<String> = v.iter().map(|x| snap.week(&x.job_id)).collect();
+    let mut v: Vec<Violation> = Vec::new();
+    snap.for_each_job(|job| v.extend(replay(job, s)));
     let cols = vec![
-        text(weeks.iter().map(|w| Some(w.as_str()))),
+        text(v.iter().map(|x| Some(snap.week(x.row)))),
         text(v.iter().map(|x| Some(x.job_id.as_str()))),
         int(v.iter().map(|x| Some(i64::from(x.attempt_no)))),
         text(v.iter().map(|x| Some(x.lane))),

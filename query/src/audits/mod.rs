@@ -19,15 +19,15 @@ pub mod refusals;
 mod rows;
 pub mod views;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{Int64Type, SchemaRef, TimestampMicrosecondType};
 use datafusion::execution::context::SessionContext;
-use laneledger_store::{Ledger, StoredAttempt};
+use laneledger_store::{Lane, Ledger, Outcome};
 
 use crate::error::Result;
+use crate::job_attempt::{self, AttemptCache};
 use crate::ledger_table::{LedgerTable, ReadFn};
 
 /// The lane.yaml settings the audits use, with the seeds' values as defaults.
@@ -87,12 +87,113 @@ impl From<&laneledger_store::LaneConfig> for AuditSettings {
     }
 }
 
-/// Every attempt of the ledger in (job_id, attempt_no) order, with each job's ISO week.
+/// The `job_attempt` columns the audits read: job_id, idem_key, attempt_no, lane, started_at,
+/// ended_at, outcome, artifact_id, http_status, provider_code, key_id, pool_id.
+pub const COLUMNS: [usize; 12] = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13];
+
+/// One attempt as the audits read it, borrowed from a [`Snapshot`]'s Arrow columns. Times are µs
+/// since the epoch, UTC.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditAttempt<'a> {
+    /// Its row in the snapshot, (job_id, attempt_no) order: its identity.
+    pub row: usize,
+    /// `job_id`.
+    pub job_id: &'a str,
+    /// `idem_key`.
+    pub idem_key: &'a str,
+    /// `attempt_no` (from 1).
+    pub attempt_no: u32,
+    /// `lane`.
+    pub lane: Lane,
+    /// `started_at`, µs.
+    pub started_at: i64,
+    /// `ended_at`, µs.
+    pub ended_at: Option<i64>,
+    /// `outcome`.
+    pub outcome: Option<Outcome>,
+    /// `artifact_id`.
+    pub artifact_id: Option<&'a str>,
+    /// `http_status`.
+    pub http_status: Option<u16>,
+    /// `provider_code`.
+    pub provider_code: Option<u32>,
+    /// `key_id`.
+    pub key_id: Option<&'a str>,
+    /// `pool_id`.
+    pub pool_id: Option<&'a str>,
+}
+
+/// One batch's audit columns, downcast once.
+struct Columns {
+    job_id: StringArray,
+    idem_key: StringArray,
+    attempt_no: Int64Array,
+    lane: StringArray,
+    started_at: TimestampMicrosecondArray,
+    ended_at: TimestampMicrosecondArray,
+    outcome: StringArray,
+    artifact_id: StringArray,
+    http_status: Int64Array,
+    provider_code: Int64Array,
+    key_id: StringArray,
+    pool_id: StringArray,
+}
+
+impl Columns {
+    fn of(batch: &RecordBatch) -> Result<Self> {
+        let c = |name: &str| job_attempt::column(batch, name);
+        Ok(Columns {
+            job_id: c("job_id")?.as_string::<i32>().clone(),
+            idem_key: c("idem_key")?.as_string::<i32>().clone(),
+            attempt_no: c("attempt_no")?.as_primitive::<Int64Type>().clone(),
+            lane: c("lane")?.as_string::<i32>().clone(),
+            started_at: c("started_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
+            ended_at: c("ended_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
+            outcome: c("outcome")?.as_string::<i32>().clone(),
+            artifact_id: c("artifact_id")?.as_string::<i32>().clone(),
+            http_status: c("http_status")?.as_primitive::<Int64Type>().clone(),
+            provider_code: c("provider_code")?.as_primitive::<Int64Type>().clone(),
+            key_id: c("key_id")?.as_string::<i32>().clone(),
+            pool_id: c("pool_id")?.as_string::<i32>().clone(),
+        })
+    }
+
+    fn get(&self, i: usize, row: usize) -> AuditAttempt<'_> {
+        fn text(a: &StringArray, i: usize) -> Option<&str> {
+            a.is_valid(i).then(|| a.value(i))
+        }
+        let int = |a: &Int64Array| a.is_valid(i).then(|| a.value(i));
+        AuditAttempt {
+            row,
+            job_id: self.job_id.value(i),
+            idem_key: self.idem_key.value(i),
+            attempt_no: self.attempt_no.value(i) as u32,
+            lane: Lane::parse(self.lane.value(i)).unwrap_or(Lane::Free),
+            started_at: self.started_at.value(i),
+            ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
+            outcome: text(&self.outcome, i).and_then(Outcome::parse),
+            artifact_id: text(&self.artifact_id, i),
+            http_status: int(&self.http_status).map(|v| v as u16),
+            provider_code: int(&self.provider_code).map(|v| v as u32),
+            key_id: text(&self.key_id, i),
+            pool_id: text(&self.pool_id, i),
+        }
+    }
+}
+
+/// Every attempt of the ledger in (job_id, attempt_no) order, with each job's ISO week: the
+/// [`COLUMNS`] of `job_attempt`'s cached Arrow batches (shared with the SQL tables, not copied),
+/// read row by row as [`AuditAttempt`]s.
 pub struct Snapshot {
-    /// The attempts, grouped by job, in attempt_no order.
-    pub attempts: Vec<StoredAttempt>,
-    /// job_id → `2026-W47`, the ISO week of the job's first attempt's started_at.
-    pub job_week: HashMap<String, String>,
+    batches: Vec<Columns>,
+    /// The first row of each batch, then the row count.
+    starts: Vec<usize>,
+    /// The first row of each job, then the row count.
+    job_starts: Vec<usize>,
+    /// Each row's job's week, an index into `weeks`.
+    row_week: Vec<u32>,
+    /// ISO week labels (`2026-W47`).
+    weeks: Vec<String>,
 }
 
 /// `2026-W47` for µs since the epoch.
@@ -104,30 +205,90 @@ pub fn iso_week_of(micros: i64) -> String {
 }
 
 impl Snapshot {
-    /// Reads the whole ledger once.
-    pub fn read(ledger: &Ledger) -> Result<Self> {
-        let mut attempts = Vec::new();
-        ledger.for_each_attempt(|a| attempts.push(a))?;
-        let mut first: HashMap<&str, i64> = HashMap::new();
-        for a in &attempts {
-            let e = first.entry(a.attempt.job_id.as_str()).or_insert(a.attempt.started_at);
-            *e = (*e).min(a.attempt.started_at);
+    /// The snapshot of `attempts`: `job_attempt` batches in (job_id, attempt_no) order with at
+    /// least [`COLUMNS`]. Errors: a batch without them ([`crate::Error::Internal`]).
+    pub fn new(attempts: &[RecordBatch]) -> Result<Self> {
+        let batches = attempts.iter().map(Columns::of).collect::<Result<Vec<_>>>()?;
+        let mut starts = Vec::with_capacity(batches.len() + 1);
+        let mut rows = 0;
+        for b in &batches {
+            starts.push(rows);
+            rows += b.job_id.len();
         }
-        let job_week = first
-            .into_iter()
-            .map(|(j, t)| (j.to_string(), iso_week_of(t)))
-            .collect();
-        Ok(Snapshot { attempts, job_week })
+        starts.push(rows);
+        let jobs = crate::job_week::first_starts(attempts)?;
+        let mut job_starts = Vec::with_capacity(jobs.len() + 1);
+        let mut row_week = Vec::with_capacity(rows);
+        let (mut weeks, mut cache) = (Vec::<String>::new(), crate::job_week::WeekCache::default());
+        let mut row = 0;
+        for job in &jobs {
+            let label = &cache.week(job.first_start).label;
+            let w = match weeks.iter().rposition(|l| l == label) {
+                Some(w) => w,
+                None => {
+                    weeks.push(label.clone());
+                    weeks.len() - 1
+                }
+            };
+            job_starts.push(row);
+            row_week.extend(std::iter::repeat_n(w as u32, job.attempts));
+            row += job.attempts;
+        }
+        job_starts.push(row);
+        Ok(Snapshot {
+            batches,
+            starts,
+            job_starts,
+            row_week,
+            weeks,
+        })
     }
 
-    /// The ISO week of `job_id` (empty when unknown).
-    pub fn week(&self, job_id: &str) -> String {
-        self.job_week.get(job_id).cloned().unwrap_or_default()
+    /// How many attempts.
+    pub fn len(&self) -> usize {
+        self.row_week.len()
     }
 
-    /// The attempts of each job, in attempt_no order.
-    pub fn jobs(&self) -> impl Iterator<Item = &[StoredAttempt]> {
-        self.attempts.chunk_by(|a, b| a.attempt.job_id == b.attempt.job_id)
+    /// Whether there are no attempts.
+    pub fn is_empty(&self) -> bool {
+        self.row_week.is_empty()
+    }
+
+    /// The attempt at `row` (< [`Snapshot::len`]).
+    pub fn get(&self, row: usize) -> AuditAttempt<'_> {
+        let b = self.starts.partition_point(|&s| s <= row) - 1;
+        self.batches[b].get(row - self.starts[b], row)
+    }
+
+    /// Every attempt, in (job_id, attempt_no) order.
+    pub fn iter(&self) -> impl Iterator<Item = AuditAttempt<'_>> {
+        self.batches
+            .iter()
+            .zip(&self.starts)
+            .flat_map(|(b, &start)| (0..b.job_id.len()).map(move |i| b.get(i, start + i)))
+    }
+
+    /// The ISO week (`2026-W47`) of the job of the attempt at `row`.
+    pub fn week(&self, row: usize) -> &str {
+        &self.weeks[self.row_week[row] as usize]
+    }
+
+    /// Calls `f` with each job's attempts, in attempt_no order (jobs in job_id order).
+    pub fn for_each_job<'s>(&'s self, mut f: impl FnMut(&[AuditAttempt<'s>])) {
+        let mut job: Vec<AuditAttempt<'s>> = Vec::new();
+        let mut ends = self.job_starts.iter().skip(1);
+        let mut end = ends.next().copied().unwrap_or(0);
+        for a in self.iter() {
+            if a.row == end {
+                f(&job);
+                job.clear();
+                end = ends.next().copied().unwrap_or(0);
+            }
+            job.push(a);
+        }
+        if !job.is_empty() {
+            f(&job);
+        }
     }
 }
 
@@ -177,25 +338,50 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
     Ok(())
 }
 
-/// Registers every audit table in `ctx`, each reading `ledger` afresh at every scan.
+/// Registers every audit table in `ctx`, each built from `attempts` (the session's cached
+/// `job_attempt` columns) afresh after every write.
 ///
-/// The tables share one snapshot per ledger write generation, so the ledger is decoded once for
-/// all of them, not once per table.
-pub fn register(ctx: &SessionContext, ledger: &Ledger, settings: &AuditSettings) -> Result<()> {
+/// The tables share one [`Snapshot`] per ledger write generation, so the rows are walked into
+/// jobs and weeks once for all of them, not once per table.
+pub fn register(
+    ctx: &SessionContext,
+    ledger: &Ledger,
+    attempts: &Arc<AttemptCache>,
+    settings: &AuditSettings,
+) -> Result<()> {
     let shared: Arc<SharedSnapshot> = Arc::default();
     for (name, schema, build) in audit_tables() {
-        let (settings, shared) = (settings.clone(), shared.clone());
+        let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
         let read: ReadFn = Arc::new(move |l: &Ledger| {
-            let snap = snapshot(l, &shared)?;
-            Ok(vec![build(&snap, &settings)?])
+            let snap = snapshot(l, &attempts, &shared)?;
+            in_chunks(build(&snap, &settings)?)
         });
         ctx.register_table(name, Arc::new(LedgerTable::new(schema, ledger.clone(), read)))?;
     }
     Ok(())
 }
 
-/// The snapshot of `ledger` at its current write generation, read once and shared.
-fn snapshot(ledger: &Ledger, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
+/// `batch` as batches of at most [`job_attempt::BATCH_ROWS`] rows, each with buffers of its own.
+///
+/// A busy week can flag millions of key uses; handed to DataFusion as one batch, the operators
+/// account its whole buffers for every slice they pass on and the query runs out of memory.
+fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+    if batch.num_rows() <= job_attempt::BATCH_ROWS {
+        return Ok(vec![batch]);
+    }
+    let schema = batch.schema();
+    (0..batch.num_rows())
+        .step_by(job_attempt::BATCH_ROWS)
+        .map(|at| {
+            let slice = batch.slice(at, job_attempt::BATCH_ROWS.min(batch.num_rows() - at));
+            Ok(datafusion::arrow::compute::concat_batches(&schema, [&slice])
+                .map_err(datafusion::error::DataFusionError::from)?)
+        })
+        .collect()
+}
+
+/// The snapshot of `ledger` at its current write generation, built once and shared.
+fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
     // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
     // snapshot is never labelled newer than its rows.
     let generation = ledger.generation();
@@ -205,7 +391,7 @@ fn snapshot(ledger: &Ledger, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
     {
         return Ok(snap.clone());
     }
-    let snap = Arc::new(Snapshot::read(ledger)?);
+    let snap = Arc::new(Snapshot::new(&attempts.columns(&COLUMNS)?)?);
     if let Ok(mut guard) = shared.lock() {
         *guard = Some((generation, snap.clone()));
     }

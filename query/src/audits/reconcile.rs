@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{HashMap, HashSet};
 
 use super::rows::{float, int, text, ts};
 use super::{AuditSettings, Snapshot};
@@ -33,31 +34,41 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// One artifact's first appearance: (ended_at, job_id, attempt_no).
-type Landing<'a> = (Option<i64>, &'a str, u32);
+/// One artifact's first appearance: (ended_at, job_id, attempt_no, row).
+type Landing<'a> = (Option<i64>, &'a str, u32, usize);
 
 /// The rows of `duplicate_reconciliation`.
 pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
+    // The idem_keys with two distinct artifacts or more: only theirs are kept below.
+    let mut first: HashMap<&str, &str> = HashMap::default();
+    let mut duplicated: HashSet<&str> = HashSet::default();
+    for a in snap.iter() {
+        let Some(art) = a.artifact_id else { continue };
+        if *first.entry(a.idem_key).or_insert(art) != art {
+            duplicated.insert(a.idem_key);
+        }
+    }
+    drop(first);
     // idem_key → artifact_id → its earliest landing.
     let mut keys: BTreeMap<&str, BTreeMap<&str, Landing>> = BTreeMap::new();
-    for a in snap.attempts.iter().map(|x| &x.attempt) {
-        let Some(art) = a.artifact_id.as_deref() else { continue };
-        let e =
-            keys.entry(a.idem_key.as_str())
-                .or_default()
-                .entry(art)
-                .or_insert((a.ended_at, &a.job_id, a.attempt_no));
+    for a in snap.iter() {
+        let Some(art) = a.artifact_id else { continue };
+        if !duplicated.contains(a.idem_key) {
+            continue;
+        }
+        let landing = (a.ended_at, a.job_id, a.attempt_no, a.row);
+        let e = keys.entry(a.idem_key).or_default().entry(art).or_insert(landing);
         let earlier = match (a.ended_at, e.0) {
             (Some(new), Some(old)) => new < old,
             (Some(_), None) => true,
             _ => false,
         };
         if earlier {
-            *e = (a.ended_at, &a.job_id, a.attempt_no);
+            *e = landing;
         }
     }
     struct Row<'a> {
-        week: String,
+        week: &'a str,
         key: &'a str,
         art: &'a str,
         land: Landing<'a>,
@@ -85,7 +96,7 @@ pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
                 Some(_) => "window too short",
             };
             rows.push(Row {
-                week: snap.week(land.1),
+                week: snap.week(land.3),
                 key,
                 art,
                 land: *land,
@@ -97,7 +108,7 @@ pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
         }
     }
     let cols = vec![
-        text(rows.iter().map(|r| Some(r.week.as_str()))),
+        text(rows.iter().map(|r| Some(r.week))),
         text(rows.iter().map(|r| Some(r.key))),
         text(rows.iter().map(|r| Some(r.art))),
         text(rows.iter().map(|r| Some(r.land.1))),

@@ -5,17 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{
+    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use laneledger_store::Outcome;
 use laneledger_store::policy::refusal::{self, ErrorKind, ZAI_OVERLOAD};
-use laneledger_store::{Attempt, Outcome};
 
-use super::rows::{float, int, text, ts};
-use super::{AuditSettings, Snapshot};
+use super::rows::{int, text, ts};
+use super::{AuditAttempt, AuditSettings, Snapshot};
 use crate::error::Result;
 use crate::job_attempt::{error_kind_of, timestamp_type};
 
-fn kind(a: &Attempt) -> Option<ErrorKind> {
+fn kind(a: &AuditAttempt<'_>) -> Option<ErrorKind> {
     error_kind_of(a.http_status, a.provider_code)
 }
 
@@ -71,11 +73,11 @@ pub fn same_key_retry_schema() -> SchemaRef {
 /// An attempt on the very key that refused the job's previous attempt (seed 002 `next_free`:
 /// "never the key that just failed"; the #9967 case).
 pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings) -> Result<RecordBatch> {
-    let mut rows: Vec<(&Attempt, &Attempt, ErrorKind)> = Vec::new();
-    for job in snap.jobs() {
+    let mut rows: Vec<(AuditAttempt<'_>, AuditAttempt<'_>, ErrorKind)> = Vec::new();
+    snap.for_each_job(|job| {
         for w in job.windows(2) {
-            let (prev, next) = (&w[0].attempt, &w[1].attempt);
-            let Some(k) = kind(prev) else { continue };
+            let (prev, next) = (w[0], w[1]);
+            let Some(k) = kind(&prev) else { continue };
             if matches!(k, ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)
                 && prev.key_id.is_some()
                 && prev.key_id == next.key_id
@@ -83,16 +85,15 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings) -> Result<RecordBatch
                 rows.push((prev, next, k));
             }
         }
-    }
-    let weeks: Vec<String> = rows.iter().map(|r| snap.week(&r.1.job_id)).collect();
+    });
     batch(
         same_key_retry_schema(),
         vec![
-            text(weeks.iter().map(|w| Some(w.as_str()))),
-            text(rows.iter().map(|r| Some(r.1.job_id.as_str()))),
+            text(rows.iter().map(|r| Some(snap.week(r.1.row)))),
+            text(rows.iter().map(|r| Some(r.1.job_id))),
             int(rows.iter().map(|r| Some(i64::from(r.1.attempt_no)))),
-            text(rows.iter().map(|r| r.1.key_id.as_deref())),
-            text(rows.iter().map(|r| r.1.pool_id.as_deref())),
+            text(rows.iter().map(|r| r.1.key_id)),
+            text(rows.iter().map(|r| r.1.pool_id)),
             int(rows.iter().map(|r| Some(i64::from(r.0.attempt_no)))),
             text(rows.iter().map(|r| Some(r.2.as_str()))),
             int(rows.iter().map(|r| r.0.http_status.map(i64::from))),
@@ -125,12 +126,26 @@ pub fn key_rest_schema() -> SchemaRef {
     ]))
 }
 
-struct Rest<'a> {
+/// A key's rest after a refusal.
+#[derive(Clone, Copy)]
+struct Rest {
+    /// When it ends, µs.
     until: i64,
-    refused: &'a Attempt,
+    /// The refused attempt's row.
+    refused: u32,
     kind: ErrorKind,
     strikes: u32,
     rest_s: u32,
+}
+
+/// One use of a key: what the rest rules read of an attempt (rows are in (job_id, attempt_no)
+/// order, so `row` breaks ties as those two would).
+struct Use {
+    /// When its answer arrived: ended_at, else started_at (µs).
+    end: i64,
+    started_at: i64,
+    row: u32,
+    kind: Option<ErrorKind>,
 }
 
 /// A key used again while it rests after a transient refusal (seed 002 `cooldown_seconds`) or
@@ -140,29 +155,32 @@ struct Rest<'a> {
 /// attempt that started on the key inside that span is flagged. Strikes are the key's transient
 /// refusals in a row before this one, in the order they arrived; an answer resets them.
 pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
-    let mut by_key: BTreeMap<&str, Vec<&Attempt>> = BTreeMap::new();
-    for a in snap.attempts.iter().map(|x| &x.attempt) {
-        if let Some(k) = a.key_id.as_deref() {
-            by_key.entry(k).or_default().push(a);
+    let mut by_key: BTreeMap<&str, Vec<Use>> = BTreeMap::new();
+    for a in snap.iter() {
+        if let Some(k) = a.key_id {
+            by_key.entry(k).or_default().push(Use {
+                end: a.ended_at.unwrap_or(a.started_at),
+                started_at: a.started_at,
+                row: a.row as u32,
+                kind: kind(&a),
+            });
         }
     }
-    let end = |a: &Attempt| a.ended_at.unwrap_or(a.started_at);
-    let mut rows: Vec<(&Attempt, Rest)> = Vec::new();
+    let mut flagged: Vec<(u32, Rest)> = Vec::new();
     for uses in by_key.values_mut() {
         // The rests, in the order the answers arrived.
-        uses.sort_by_key(|a| (end(a), a.started_at, a.job_id.as_str(), a.attempt_no));
+        uses.sort_unstable_by_key(|u| (u.end, u.started_at, u.row));
         let mut rests: Vec<(i64, Rest)> = Vec::new();
         let mut strikes = 0u32;
-        for a in uses.iter() {
-            match kind(a) {
+        for u in uses.iter() {
+            match u.kind {
                 Some(k @ (ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)) => {
                     let rest_s = rest_seconds(k, strikes, s);
-                    let from = end(a);
                     rests.push((
-                        from,
+                        u.end,
                         Rest {
-                            until: from + i64::from(rest_s) * 1_000_000,
-                            refused: a,
+                            until: u.end + i64::from(rest_s) * 1_000_000,
+                            refused: u.row,
                             kind: k,
                             strikes,
                             rest_s,
@@ -180,55 +198,76 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBa
         }
         // Each use against the rest in force when it started: the one, among those already
         // begun, that ends last.
-        uses.sort_by_key(|a| (a.started_at, a.job_id.as_str(), a.attempt_no));
+        uses.sort_unstable_by_key(|u| (u.started_at, u.row));
         let mut next = 0;
-        let mut in_force: Option<&Rest> = None;
-        for a in uses.iter() {
-            while next < rests.len() && rests[next].0 <= a.started_at {
-                let r = &rests[next].1;
+        let mut in_force: Option<Rest> = None;
+        for u in uses.iter() {
+            while next < rests.len() && rests[next].0 <= u.started_at {
+                let r = rests[next].1;
                 if in_force.is_none_or(|f| r.until > f.until) {
                     in_force = Some(r);
                 }
                 next += 1;
             }
             if let Some(r) = in_force
-                && a.started_at < r.until
-                && !std::ptr::eq(r.refused, *a)
+                && u.started_at < r.until
+                && r.refused != u.row
             {
-                rows.push((
-                    a,
-                    Rest {
-                        refused: r.refused,
-                        ..*r
-                    },
-                ));
+                flagged.push((u.row, r));
             }
         }
     }
-    let weeks: Vec<String> = rows.iter().map(|r| snap.week(&r.0.job_id)).collect();
+    // Built in one pass: a busy key pool can flag millions of uses.
+    let n = flagged.len();
+    let text = || StringBuilder::with_capacity(n, n * 8);
+    let (mut week, mut key_id, mut pool_id, mut job_id) = (text(), text(), text(), text());
+    let (mut rest, mut refused_job_id, mut refused_kind) = (text(), text(), text());
+    let int = || Int64Builder::with_capacity(n);
+    let (mut attempt_no, mut refused_attempt_no, mut strikes, mut rest_s) = (int(), int(), int(), int());
+    let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    let (mut started_at, mut rest_until) = (time(), time());
+    let mut early_s = Float64Builder::with_capacity(n);
+    for (row, r) in flagged {
+        let (a, refused) = (snap.get(row as usize), snap.get(r.refused as usize));
+        week.append_value(snap.week(a.row));
+        key_id.append_option(a.key_id);
+        pool_id.append_option(a.pool_id);
+        job_id.append_value(a.job_id);
+        attempt_no.append_value(i64::from(a.attempt_no));
+        started_at.append_value(a.started_at);
+        rest.append_value(if r.kind == ErrorKind::Transient {
+            "rest"
+        } else {
+            "long break"
+        });
+        refused_job_id.append_value(refused.job_id);
+        refused_attempt_no.append_value(i64::from(refused.attempt_no));
+        refused_kind.append_value(r.kind.as_str());
+        strikes.append_value(i64::from(r.strikes));
+        rest_s.append_value(i64::from(r.rest_s));
+        rest_until.append_value(r.until);
+        early_s.append_value((r.until - a.started_at) as f64 / 1e6);
+    }
+    let done = |b: &mut StringBuilder| Arc::new(b.finish()) as ArrayRef;
+    let done_int = |b: &mut Int64Builder| Arc::new(b.finish()) as ArrayRef;
+    let done_ts = |b: &mut TimestampMicrosecondBuilder| Arc::new(b.finish()) as ArrayRef;
     batch(
         key_rest_schema(),
         vec![
-            text(weeks.iter().map(|w| Some(w.as_str()))),
-            text(rows.iter().map(|r| r.0.key_id.as_deref())),
-            text(rows.iter().map(|r| r.0.pool_id.as_deref())),
-            text(rows.iter().map(|r| Some(r.0.job_id.as_str()))),
-            int(rows.iter().map(|r| Some(i64::from(r.0.attempt_no)))),
-            ts(rows.iter().map(|r| Some(r.0.started_at))),
-            text(rows.iter().map(|r| {
-                Some(if r.1.kind == ErrorKind::Transient {
-                    "rest"
-                } else {
-                    "long break"
-                })
-            })),
-            text(rows.iter().map(|r| Some(r.1.refused.job_id.as_str()))),
-            int(rows.iter().map(|r| Some(i64::from(r.1.refused.attempt_no)))),
-            text(rows.iter().map(|r| Some(r.1.kind.as_str()))),
-            int(rows.iter().map(|r| Some(i64::from(r.1.strikes)))),
-            int(rows.iter().map(|r| Some(i64::from(r.1.rest_s)))),
-            ts(rows.iter().map(|r| Some(r.1.until))),
-            float(rows.iter().map(|r| Some((r.1.until - r.0.started_at) as f64 / 1e6))),
+            done(&mut week),
+            done(&mut key_id),
+            done(&mut pool_id),
+            done(&mut job_id),
+            done_int(&mut attempt_no),
+            done_ts(&mut started_at),
+            done(&mut rest),
+            done(&mut refused_job_id),
+            done_int(&mut refused_attempt_no),
+            done(&mut refused_kind),
+            done_int(&mut strikes),
+            done_int(&mut rest_s),
+            done_ts(&mut rest_until),
+            Arc::new(early_s.finish()),
         ],
     )
 }
@@ -282,8 +321,8 @@ fn overloaded(distinct: usize, pool_size: usize, s: &AuditSettings) -> bool {
 pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     let mut pool_keys: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     let mut events: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
-    for a in snap.attempts.iter().map(|x| &x.attempt) {
-        let (Some(pool), Some(key)) = (a.pool_id.as_deref(), a.key_id.as_deref()) else {
+    for a in snap.iter() {
+        let (Some(pool), Some(key)) = (a.pool_id, a.key_id) else {
             continue;
         };
         pool_keys.entry(pool).or_default().insert(key);
@@ -377,19 +416,23 @@ pub fn bound_schema() -> SchemaRef {
 /// Jobs (turns) with more attempts than `max_attempts_per_turn` (seed 002 `MAX_ATTEMPTS_PER_TURN`:
 /// "it keeps a turn from spinning through 34 keys").
 pub fn attempt_bound_exceeded(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
-    let jobs: Vec<_> = snap
-        .jobs()
-        .filter(|j| j.len() > s.max_attempts_per_turn as usize)
-        .collect();
-    let weeks: Vec<String> = jobs.iter().map(|j| snap.week(&j[0].attempt.job_id)).collect();
+    // (first attempt, attempts, last attempt) of each job past the bound.
+    let mut jobs: Vec<(AuditAttempt<'_>, usize, AuditAttempt<'_>)> = Vec::new();
+    snap.for_each_job(|j| {
+        if let (Some(first), Some(last)) = (j.first(), j.last())
+            && j.len() > s.max_attempts_per_turn as usize
+        {
+            jobs.push((*first, j.len(), *last));
+        }
+    });
     batch(
         bound_schema(),
         vec![
-            text(weeks.iter().map(|w| Some(w.as_str()))),
-            text(jobs.iter().map(|j| Some(j[0].attempt.job_id.as_str()))),
-            int(jobs.iter().map(|j| Some(j.len() as i64))),
+            text(jobs.iter().map(|j| Some(snap.week(j.0.row)))),
+            text(jobs.iter().map(|j| Some(j.0.job_id))),
+            int(jobs.iter().map(|j| Some(j.1 as i64))),
             int(jobs.iter().map(|_| Some(i64::from(s.max_attempts_per_turn)))),
-            text(jobs.iter().map(|j| j[j.len() - 1].attempt.outcome.map(Outcome::as_str))),
+            text(jobs.iter().map(|j| j.2.outcome.map(Outcome::as_str))),
         ],
     )
 }
@@ -434,21 +477,18 @@ pub fn contradiction(outcome: Outcome, k: ErrorKind) -> Option<&'static str> {
 
 /// Attempts whose router outcome contradicts seed 002 `error_kind` of their status and code.
 pub fn outcome_mismatch(snap: &Snapshot, _s: &AuditSettings) -> Result<RecordBatch> {
-    let rows: Vec<(&Attempt, Outcome, ErrorKind, &str)> = snap
-        .attempts
+    let rows: Vec<(AuditAttempt<'_>, Outcome, ErrorKind, &str)> = snap
         .iter()
-        .map(|x| &x.attempt)
         .filter_map(|a| {
-            let (o, k) = (a.outcome?, kind(a)?);
+            let (o, k) = (a.outcome?, kind(&a)?);
             contradiction(o, k).map(|why| (a, o, k, why))
         })
         .collect();
-    let weeks: Vec<String> = rows.iter().map(|r| snap.week(&r.0.job_id)).collect();
     batch(
         mismatch_schema(),
         vec![
-            text(weeks.iter().map(|w| Some(w.as_str()))),
-            text(rows.iter().map(|r| Some(r.0.job_id.as_str()))),
+            text(rows.iter().map(|r| Some(snap.week(r.0.row)))),
+            text(rows.iter().map(|r| Some(r.0.job_id))),
             int(rows.iter().map(|r| Some(i64::from(r.0.attempt_no)))),
             text(rows.iter().map(|r| Some(r.1.as_str()))),
             text(rows.iter().map(|r| Some(r.2.as_str()))),
