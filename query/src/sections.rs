@@ -268,39 +268,59 @@ impl Session {
     }
 
     async fn compute_sections(&self, week: &str) -> Result<Vec<Section>> {
-        let mut out = Vec::with_capacity(SPECS.len());
-        for spec in SPECS.iter().chain(GATE_SPECS) {
-            if spec.id == "gate_free_admit_miss" {
+        use futures::{StreamExt, TryStreamExt};
+        // Two sections at a time (the machine's cores, not more: each audit table's first build
+        // walks every attempt), answers kept in page order.
+        let pending: Vec<_> = SPECS
+            .iter()
+            .chain(GATE_SPECS)
+            .map(|spec| self.spec_section(spec, week))
+            .collect();
+        let specs: Vec<Section> = futures::stream::iter(pending)
+            .buffered(SECTIONS_AT_ONCE)
+            .try_collect()
+            .await?;
+        let mut out = Vec::with_capacity(specs.len() + 2);
+        for section in specs {
+            if section.id == "gate_free_admit_miss" {
                 out.push(self.gate_ratios(week).await?);
             }
-            let sql = spec.sql.replace("{week}", week);
-            // The first rows by the section's order (a top-k, not a sort of every row: a busy
-            // week has millions of key rest violations), then the count of all of them.
-            let result = self.query(&format!("{sql} LIMIT {MAX_SECTION_ROWS}")).await?;
-            let total_rows = if result.num_rows() < MAX_SECTION_ROWS {
-                result.num_rows()
-            } else {
-                let count = self.query(&format!("SELECT COUNT(*) AS n FROM ({sql})")).await?;
-                let first = count.batches.iter().find(|b| b.num_rows() > 0);
-                first.map_or(0, |b| crate::metrics::i64_col(b, "n", 0)) as usize
-            };
-            if spec.id == "refusal_by_kind" {
+            if section.id == "refusal_by_kind" {
                 out.push(self.free_lane_bet(week).await?);
             }
-            out.push(Section {
-                id: spec.id,
-                group: spec.group,
-                title: spec.title,
-                description: spec.description,
-                columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
-                total_rows,
-                rows: cells(&result.batches, MAX_SECTION_ROWS)?,
-                sql,
-            });
+            out.push(section);
         }
         Ok(out)
     }
+
+    /// One section of [`SPECS`] or [`GATE_SPECS`] for `week`.
+    async fn spec_section(&self, spec: &'static Spec, week: &str) -> Result<Section> {
+        let sql = spec.sql.replace("{week}", week);
+        // The first rows by the section's order (a top-k, not a sort of every row: a busy week
+        // has millions of key rest violations), then the count of all of them.
+        let result = self.query(&format!("{sql} LIMIT {MAX_SECTION_ROWS}")).await?;
+        let total_rows = if result.num_rows() < MAX_SECTION_ROWS {
+            result.num_rows()
+        } else {
+            let count = self.query(&format!("SELECT COUNT(*) AS n FROM ({sql})")).await?;
+            let first = count.batches.iter().find(|b| b.num_rows() > 0);
+            first.map_or(0, |b| crate::metrics::i64_col(b, "n", 0)) as usize
+        };
+        Ok(Section {
+            id: spec.id,
+            group: spec.group,
+            title: spec.title,
+            description: spec.description,
+            columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
+            total_rows,
+            rows: cells(&result.batches, MAX_SECTION_ROWS)?,
+            sql,
+        })
+    }
 }
+
+/// Sections computed at once by [`Session::audit_sections`].
+const SECTIONS_AT_ONCE: usize = 2;
 
 fn f64_at(b: &[RecordBatch], col: &str) -> Option<f64> {
     use datafusion::arrow::array::AsArray;

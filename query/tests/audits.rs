@@ -336,3 +336,35 @@ async fn a_rest_starts_when_the_refusal_arrives() {
     )
     .await;
 }
+
+/// A section shows the first 100 rows of its SQL by the SQL's own order (run with a LIMIT, a
+/// top-k) and counts all of them: on a drill busy enough for sections past 100 rows, every
+/// section's `total_rows` and shown rows equal what its SQL returns when run whole.
+#[tokio::test]
+async fn sections_cut_at_100_rows_and_count_them_all() {
+    let (_d, ledger) = common::ledger_from_drill(20_000, laneledger_store::drill::Policy::NoPin, 3);
+    let s = Session::new(ledger).await.unwrap();
+    let week = s.weeks().await.unwrap()[0].iso_week.clone();
+    let sections = s.audit_sections(&week).await.unwrap();
+    let mut cut = 0;
+    for section in sections
+        .iter()
+        .filter(|x| !x.sql.contains(';') && x.id != "gate_ratios")
+    {
+        let whole = s.query(&section.sql).await.unwrap();
+        assert_eq!(section.total_rows, whole.num_rows(), "{}", section.id);
+        let shown = section.total_rows.min(laneledger_query::sections::MAX_SECTION_ROWS);
+        assert_eq!(section.rows.len(), shown, "{}", section.id);
+        // The first column of the shown rows, against the whole answer's first rows.
+        let (_, cells) = laneledger_query::text_cells(&whole, shown).unwrap();
+        let first: Vec<String> = cells.iter().map(|r| r[0].clone()).collect();
+        let ours: Vec<String> = section
+            .rows
+            .iter()
+            .map(|r| r[0].clone().unwrap_or("NULL".into()))
+            .collect();
+        assert_eq!(ours, first, "{}", section.id);
+        cut += usize::from(section.total_rows > shown);
+    }
+    assert!(cut >= 2, "only {cut} sections were cut at 100 rows");
+}

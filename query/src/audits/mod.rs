@@ -380,20 +380,21 @@ fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
         .collect()
 }
 
-/// The snapshot of `ledger` at its current write generation, built once and shared.
+/// The snapshot of `ledger` at its current write generation, built once and shared: a table
+/// asking while another builds it waits for that build instead of making its own.
 fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
+    let mut guard = shared
+        .lock()
+        .map_err(|_| crate::Error::Internal("audit snapshot lock poisoned".into()))?;
     // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
     // snapshot is never labelled newer than its rows.
     let generation = ledger.generation();
-    if let Ok(guard) = shared.lock()
-        && let Some((g, snap)) = guard.as_ref()
+    if let Some((g, snap)) = guard.as_ref()
         && *g == generation
     {
         return Ok(snap.clone());
     }
     let snap = Arc::new(Snapshot::new(&attempts.columns(&COLUMNS)?)?);
-    if let Ok(mut guard) = shared.lock() {
-        *guard = Some((generation, snap.clone()));
-    }
+    *guard = Some((generation, snap.clone()));
     Ok(snap)
 }

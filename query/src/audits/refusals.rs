@@ -338,20 +338,33 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     for (pool, mut ev) in events {
         ev.sort();
         let pool_size = pool_keys.get(pool).map_or(0, BTreeSet::len);
+        let first_episode = out.len();
+        // The 1305s of the last `window`, by key: a sliding count, not a set rebuilt per event.
+        let mut in_window: BTreeMap<&str, usize> = BTreeMap::new();
         let mut lo = 0;
         let mut open: Option<Episode> = None;
         for hi in 0..ev.len() {
+            *in_window.entry(ev[hi].1).or_default() += 1;
             while ev[hi].0 - ev[lo].0 > window {
+                if let Some(n) = in_window.get_mut(ev[lo].1) {
+                    *n -= 1;
+                    if *n == 0 {
+                        in_window.remove(ev[lo].1);
+                    }
+                }
                 lo += 1;
             }
-            let keys: BTreeSet<&str> = ev[lo..=hi].iter().map(|e| e.1).collect();
-            if !overloaded(keys.len(), pool_size, s) {
+            if !overloaded(in_window.len(), pool_size, s) {
                 continue;
             }
             match &mut open {
                 Some(e) if ev[lo].0 <= e.end => {
                     e.end = ev[hi].0;
-                    e.keys.extend(keys.iter().map(|k| k.to_string()));
+                    for k in in_window.keys() {
+                        if !e.keys.contains(*k) {
+                            e.keys.insert(k.to_string());
+                        }
+                    }
                 }
                 _ => {
                     if let Some(done) = open.take() {
@@ -362,15 +375,18 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
                         start: ev[lo].0,
                         end: ev[hi].0,
                         refusals: 0,
-                        keys: keys.iter().map(|k| k.to_string()).collect(),
+                        keys: in_window.keys().map(|k| k.to_string()).collect(),
                         pool_size,
                     });
                 }
             }
         }
         out.extend(open);
-        for e in out.iter_mut().filter(|e| e.pool_id == pool) {
-            e.refusals = ev.iter().filter(|x| x.0 >= e.start && x.0 <= e.end).count();
+        // The 1305s from each episode's start to its end: two binary searches in the sorted times.
+        for e in &mut out[first_episode..] {
+            let from = ev.partition_point(|x| x.0 < e.start);
+            let to = ev.partition_point(|x| x.0 <= e.end);
+            e.refusals = to - from;
         }
     }
     out
