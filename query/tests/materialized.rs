@@ -1,4 +1,4 @@
-//! The materialized `job_rollup` and `idem_artifacts`, the plan rewrite onto `idem_artifacts`, the
+//! The materialized `job_rollup`, `idem_artifacts`, `job_week` and `week_rollup`, the plan rewrite onto `idem_artifacts`, the
 //! one-job point read, and the parallel scan: exact rows, and freshness after each write.
 
 mod common;
@@ -233,4 +233,59 @@ async fn columns_built_by_different_queries_line_up_with_a_full_read() {
     }
     assert_eq!(all[0][..5], ["j1", "1", "100", "ambiguous", ""]);
     assert_eq!(all[7][..6], ["j5", "2", "7", "ok", "", "paid"]);
+}
+
+/// `job_week` and `week_rollup` at the edges: a job whose retry crosses into the next ISO week
+/// stays in its first attempt's week with all its attempts; a job whose lowest attempt_no started
+/// later than another of its attempts takes the earliest start; an idem_key's artifacts are
+/// counted per week, so a key with one artifact in each of two weeks is no duplicate in either.
+#[tokio::test]
+async fn job_week_and_week_rollup_follow_each_jobs_first_start() {
+    const EDGES: &str = r#"{"job_id":"jx","idem_key":"kx","attempt_no":1,"lane":"free","started_at":"2026-11-22T23:59:00Z","ended_at":"2026-11-22T23:59:30Z","outcome":"ambiguous","tokens_in":10,"tokens_out":0,"artifact_id":"x1"}
+{"job_id":"jx","idem_key":"kx","attempt_no":2,"lane":"paid","started_at":"2026-11-23T00:01:00Z","ended_at":"2026-11-23T00:01:30Z","outcome":"ok","tokens_in":10,"tokens_out":0,"artifact_id":"x2"}
+{"job_id":"jy","idem_key":"kx","attempt_no":1,"lane":"free","started_at":"2026-11-23T01:00:00Z","ended_at":"2026-11-23T01:00:30Z","outcome":"ok","tokens_in":10,"tokens_out":0,"artifact_id":"x1"}
+{"job_id":"jz","idem_key":"kz","attempt_no":1,"lane":"free","started_at":"2026-11-30T00:10:00Z","ended_at":"2026-11-30T00:10:30Z","outcome":"retryable","tokens_in":10,"tokens_out":0}
+{"job_id":"jz","idem_key":"kz","attempt_no":2,"lane":"free","started_at":"2026-11-29T23:50:00Z","ended_at":"2026-11-29T23:50:30Z","outcome":"retryable","tokens_in":10,"tokens_out":0}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("w.redb")).unwrap();
+    ingest(&ledger, EDGES);
+    let session = Session::new(ledger).await.unwrap();
+    assert_eq!(
+        rows(
+            &session,
+            "SELECT job_id, to_char(week_start, '%Y-%m-%d'), iso_week FROM job_week ORDER BY job_id"
+        )
+        .await,
+        [
+            ["jx", "2026-11-16", "2026-W47"],
+            ["jy", "2026-11-23", "2026-W48"],
+            ["jz", "2026-11-23", "2026-W48"],
+        ]
+    );
+    // iso_week, jobs, free, paid, tokens, unique accepted, duplicates, cross-lane jobs,
+    // artifacts, then the four ratios.
+    assert_eq!(
+        rows(
+            &session,
+            "SELECT * EXCLUDE (week_start) FROM week_rollup ORDER BY week_start"
+        )
+        .await,
+        [
+            [
+                "2026-W47", "1", "1", "1", "20", "1", "1", "1", "2", "20.0", "10.0", "100.0", "1.0"
+            ],
+            [
+                "2026-W48", "2", "3", "0", "30", "1", "0", "0", "1", "30.0", "30.0", "0.0", "0.0"
+            ],
+        ]
+    );
+    assert_eq!(
+        rows(
+            &session,
+            "SELECT * FROM weekly_metrics EXCEPT SELECT * FROM week_rollup"
+        )
+        .await,
+        Vec::<Vec<String>>::new()
+    );
 }
