@@ -244,17 +244,7 @@ impl Snapshot {
         })
     }
 
-    /// How many attempts.
-    pub fn len(&self) -> usize {
-        self.row_week.len()
-    }
-
-    /// Whether there are no attempts.
-    pub fn is_empty(&self) -> bool {
-        self.row_week.is_empty()
-    }
-
-    /// The attempt at `row` (< [`Snapshot::len`]).
+    /// The attempt at `row` (a row of this snapshot).
     pub fn get(&self, row: usize) -> AuditAttempt<'_> {
         let b = self.starts.partition_point(|&s| s <= row) - 1;
         self.batches[b].get(row - self.starts[b], row)
