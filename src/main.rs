@@ -7,6 +7,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of glibc's malloc: ingest hands every parsed record from the parsing thread to
+/// the writing thread, and glibc's frees of them were a fifth of ingest's time (BENCHMARKS.md).
+/// Built with `no_thp`: its transparent huge pages put q1's peak RSS at 10 M attempts at 2.0 GiB.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Stack for the command's thread and the runtime's workers: deep SQL expressions are planned
 /// recursively, and a refusal must come before the stack runs out.
 const STACK_BYTES: usize = 256 << 20;

@@ -329,11 +329,13 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, AttemptChunk)>(workers * 2);
     let rx = std::sync::Mutex::new(rx);
+    // Decoded chunks go back to the reader to be filled again (see `attempt_chunks_reusing`).
+    let (spare_tx, spare_rx) = std::sync::mpsc::channel::<AttemptChunk>();
     let mut batches: Vec<(usize, RecordBatch)> = Vec::new();
     std::thread::scope(|scope| -> Result<()> {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
-                let (rx, schema) = (&rx, &schema);
+                let (rx, schema, spare_tx) = (&rx, &schema, spare_tx.clone());
                 scope.spawn(move || -> Result<Vec<(usize, RecordBatch)>> {
                     let mut out = Vec::new();
                     let mut failed = None;
@@ -352,15 +354,22 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
                             Ok(batch) => out.push((n, batch)),
                             Err(e) => failed = Some(e),
                         }
+                        // The reader may have finished; then the buffer is simply dropped.
+                        let _ = spare_tx.send(chunk);
                     }
                     failed.map_or(Ok(out), Err)
                 })
             })
             .collect();
-        let read = ledger.attempt_chunks(BATCH_ROWS, |n, chunk| {
-            tx.send((n, chunk))
-                .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
-        });
+        drop(spare_tx);
+        let read = ledger.attempt_chunks_reusing(
+            BATCH_ROWS,
+            || spare_rx.try_recv().ok(),
+            |n, chunk| {
+                tx.send((n, chunk))
+                    .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
+            },
+        );
         drop(tx);
         let mut first_err = read.err();
         for h in handles {

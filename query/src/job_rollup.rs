@@ -69,17 +69,30 @@ struct Out {
 
 impl Out {
     fn new() -> Self {
-        Out {
+        let mut out = Out {
             job_id: StringBuilder::new(),
             idem_key: StringBuilder::new(),
-            free: Int64Builder::with_capacity(BATCH_ROWS),
-            paid: Int64Builder::with_capacity(BATCH_ROWS),
-            tokens: Int64Builder::with_capacity(BATCH_ROWS),
-            artifacts: Int64Builder::with_capacity(BATCH_ROWS),
+            free: Int64Builder::new(),
+            paid: Int64Builder::new(),
+            tokens: Int64Builder::new(),
+            artifacts: Int64Builder::new(),
             rows: 0,
             batches: Vec::new(),
             schema: schema(),
-        }
+        };
+        out.make_room();
+        out
+    }
+
+    /// Fresh builders with room for a batch of typical ids (`finish` leaves them with none), so
+    /// the buffers are not grown and copied row by row.
+    fn make_room(&mut self) {
+        self.job_id = StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16);
+        self.idem_key = StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16);
+        self.free = Int64Builder::with_capacity(BATCH_ROWS);
+        self.paid = Int64Builder::with_capacity(BATCH_ROWS);
+        self.tokens = Int64Builder::with_capacity(BATCH_ROWS);
+        self.artifacts = Int64Builder::with_capacity(BATCH_ROWS);
     }
 
     fn push(&mut self, j: &Job<'_>) -> Result<()> {
@@ -106,6 +119,7 @@ impl Out {
             Arc::new(self.artifacts.finish()),
         ];
         self.rows = 0;
+        self.make_room();
         self.batches
             .push(RecordBatch::try_new(self.schema.clone(), cols).map_err(datafusion::error::DataFusionError::from)?);
         Ok(())

@@ -456,33 +456,48 @@ impl Ledger {
     /// Copies every attempt value, in (job_id, attempt_no) order from one consistent snapshot,
     /// into chunks of `rows` values and hands each to `f` with its number (from 0), so that the
     /// (costlier) decoding can run on other threads while this one reads on. Stops at the first
-    /// error `f` returns.
+    /// error `f` returns. [`Ledger::attempt_chunks_reusing`] with no spare buffers.
     pub fn attempt_chunks<E: From<Error>>(
         &self,
         rows: usize,
+        f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.attempt_chunks_reusing(rows, || None, f)
+    }
+
+    /// [`Ledger::attempt_chunks`], filling the chunks `spare` hands back (emptied, their buffers
+    /// kept) before allocating new ones. A scan of 10 M attempts copies about 1.2 GB of values; with
+    /// a few buffers passed round between the reader and the decoders, that memory is allocated
+    /// (and faulted in by the kernel) once instead of once per chunk.
+    pub fn attempt_chunks_reusing<E: From<Error>>(
+        &self,
+        rows: usize,
+        mut spare: impl FnMut() -> Option<AttemptChunk>,
         mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let rows = rows.max(1);
         let txn = self.db.begin_read().map_err(Error::from)?;
         let t = txn.open_table(ATTEMPT).map_err(Error::from)?;
-        let mut chunk = AttemptChunk::default();
+        // Room for the largest chunk so far, so a buffer grows (and is copied) at most a few times.
+        let mut bytes_hint = rows * 128;
+        let fresh = |spare: &mut dyn FnMut() -> Option<AttemptChunk>, hint: usize| {
+            let mut c = spare().unwrap_or_default();
+            c.bytes.clear();
+            c.ends.clear();
+            c.bytes.reserve(hint);
+            c.ends.reserve(rows);
+            c
+        };
+        let mut chunk = fresh(&mut spare, bytes_hint);
         let mut n = 0;
         for row in t.iter().map_err(Error::from)? {
             let (_, v) = row.map_err(Error::from)?;
             chunk.bytes.extend_from_slice(v.value());
             chunk.ends.push(chunk.bytes.len());
             if chunk.ends.len() == rows {
-                let cap = chunk.bytes.len();
-                f(
-                    n,
-                    std::mem::replace(
-                        &mut chunk,
-                        AttemptChunk {
-                            bytes: Vec::with_capacity(cap),
-                            ends: Vec::with_capacity(rows),
-                        },
-                    ),
-                )?;
+                bytes_hint = bytes_hint.max(chunk.bytes.len() + chunk.bytes.len() / 8);
+                let next = fresh(&mut spare, bytes_hint);
+                f(n, std::mem::replace(&mut chunk, next))?;
                 n += 1;
             }
         }

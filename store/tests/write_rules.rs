@@ -208,3 +208,36 @@ fn borrowed_decode_matches_owned() {
         Some(r#"{"region":"eu","retry_of":"j0"}"#)
     );
 }
+
+#[test]
+fn reused_chunk_buffers_hold_only_their_own_values() {
+    // A scan hands decoded chunks back to be filled again; a buffer that comes back still
+    // holding old bytes and ends must start empty, so every chunk holds exactly its own values.
+    let (_d, ledger) = ledger();
+    let text = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T10:00:00Z","artifact_id":"a-long-artifact-id"}
+{"job_id":"j2","idem_key":"k2","attempt_no":1,"lane":"paid","started_at":"2026-11-16T11:00:00Z"}
+{"job_id":"j3","idem_key":"k3","attempt_no":1,"lane":"free","started_at":"2026-11-16T12:00:00Z"}
+"#;
+    ingest(&ledger, "all.ndjson", text);
+    let returned = std::cell::RefCell::new(Vec::<laneledger_store::AttemptChunk>::new());
+    let mut seen = Vec::new();
+    ledger
+        .attempt_chunks_reusing(
+            1,
+            || returned.borrow_mut().pop(),
+            |n, chunk| {
+                assert_eq!(chunk.len(), 1);
+                for v in chunk.values() {
+                    seen.push((n, laneledger_store::decode_attempt_ref(v)?.attempt.job_id.to_string()));
+                }
+                // Handed back with its bytes and ends still in it.
+                returned.borrow_mut().push(chunk);
+                Ok::<(), Error>(())
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        seen,
+        [(0, "j1".to_string()), (1, "j2".to_string()), (2, "j3".to_string())]
+    );
+}
