@@ -136,6 +136,11 @@ pub enum Command {
         /// The input format; by default `.csv` files are CSV and everything else NDJSON.
         #[arg(long, value_enum)]
         format: Option<FormatArg>,
+        /// Records per write transaction, 1–1,000,000: each batch is one fsync'd commit, and a
+        /// record is durable (and counted) once its batch has committed.
+        #[arg(long, default_value_t = laneledger_store::DEFAULT_BATCH as u32,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        batch: u32,
         /// Files to read; `-` reads stdin.
         #[arg(required = true)]
         files: Vec<String>,

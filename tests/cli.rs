@@ -58,6 +58,37 @@ fn ingest_prints_one_summary_and_reingest_counts_duplicate_deliveries() {
 }
 
 #[test]
+fn ingest_batch_sets_the_records_per_commit_and_refuses_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db = db.to_str().unwrap();
+    let file = sample("drill-pin-2026-W48.ndjson");
+    let o = run(&["ingest", "--db", db, "--batch", "0", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--batch"), "{}", stderr(&o));
+    assert!(
+        !dir.path().join("l.redb").exists(),
+        "nothing is written on a usage error"
+    );
+    // 422 records in commits of 100: the same summary, and every record is there.
+    let o = run(&["ingest", "--db", db, "--batch", "100", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "accepted 422, completed 0, duplicate deliveries 0, conflicts 0, rejected 0\n"
+    );
+    let o = run(&[
+        "sql",
+        "--db",
+        db,
+        "--format",
+        "csv",
+        "SELECT COUNT(*) AS n FROM job_attempt",
+    ]);
+    assert_eq!(stdout(&o), "n\r\n422\r\n");
+}
+
+#[test]
 fn a_bad_line_or_a_conflict_exits_3_naming_file_line_and_field_and_the_rest_lands() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.redb");

@@ -44,7 +44,13 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyh
         } else {
             KindArg::Attempts
         };
-        let counters = super::ingest::ingest_one(&ledger, &name, kind, InputFormat::from_path(&name))?;
+        let counters = super::ingest::ingest_one(
+            &ledger,
+            &name,
+            kind,
+            InputFormat::from_path(&name),
+            laneledger_store::DEFAULT_BATCH,
+        )?;
         println!("{name}: {counters}");
         total.merge(&counters);
     }

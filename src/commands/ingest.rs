@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use laneledger_store::{Counters, DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader};
+use laneledger_store::{Counters, InputFormat, Ledger, ingest_decisions_reader, ingest_reader};
 
 use crate::cli::{FormatArg, KindArg};
 
@@ -16,7 +16,13 @@ const PROGRESS_BYTES: u64 = 8 << 20;
 /// Problems printed per input; the rest are counted and kept in the ledger.
 const PRINT_PROBLEMS: usize = 50;
 
-pub fn run(db: &Path, kind: KindArg, format: Option<FormatArg>, files: &[String]) -> anyhow::Result<ExitCode> {
+pub fn run(
+    db: &Path,
+    kind: KindArg,
+    format: Option<FormatArg>,
+    batch: usize,
+    files: &[String],
+) -> anyhow::Result<ExitCode> {
     // Every input must open before anything is written, so a typo cannot leave half an ingest.
     for name in files.iter().filter(|n| *n != "-") {
         File::open(name).with_context(|| format!("opening {name}"))?;
@@ -29,7 +35,7 @@ pub fn run(db: &Path, kind: KindArg, format: Option<FormatArg>, files: &[String]
             Some(FormatArg::Ndjson) => InputFormat::Ndjson,
             None => InputFormat::from_path(name),
         };
-        let counters = ingest_one(&ledger, name, kind, fmt)?;
+        let counters = ingest_one(&ledger, name, kind, fmt, batch)?;
         total.merge(&counters);
     }
     println!("{total}");
@@ -40,7 +46,13 @@ pub fn run(db: &Path, kind: KindArg, format: Option<FormatArg>, files: &[String]
     })
 }
 
-pub fn ingest_one(ledger: &Ledger, name: &str, kind: KindArg, fmt: InputFormat) -> anyhow::Result<Counters> {
+pub fn ingest_one(
+    ledger: &Ledger,
+    name: &str,
+    kind: KindArg,
+    fmt: InputFormat,
+    batch: usize,
+) -> anyhow::Result<Counters> {
     let (reader, size): (Box<dyn BufRead>, Option<u64>) = if name == "-" {
         (Box::new(BufReader::new(std::io::stdin().lock())), None)
     } else {
@@ -66,8 +78,8 @@ pub fn ingest_one(ledger: &Ledger, name: &str, kind: KindArg, fmt: InputFormat) 
         }
     };
     let report = match kind {
-        KindArg::Attempts => ingest_reader(ledger, name, reader, fmt, DEFAULT_BATCH, progress)?,
-        KindArg::Decisions => ingest_decisions_reader(ledger, name, reader, fmt, DEFAULT_BATCH, progress)?,
+        KindArg::Attempts => ingest_reader(ledger, name, reader, fmt, batch, progress)?,
+        KindArg::Decisions => ingest_decisions_reader(ledger, name, reader, fmt, batch, progress)?,
     };
     if let Some(b) = bar {
         b.finish_and_clear();

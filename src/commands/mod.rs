@@ -26,10 +26,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kind,
             config,
             format,
+            batch,
             files,
         } => {
             load_config(config.as_deref())?;
-            ingest::run(&db.db, kind, format, &files)
+            ingest::run(&db.db, kind, format, batch as usize, &files)
         }
         Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
         Command::Review {
