@@ -70,22 +70,17 @@ fn ingest_batch_sets_the_records_per_commit_and_refuses_zero() {
         !dir.path().join("l.redb").exists(),
         "nothing is written on a usage error"
     );
-    // 422 records in commits of 100: the same summary, and every record is there.
+    // 422 records in commits of 100: the same summary, every record is there, and they landed
+    // in five commits (a commit stamps its records with one ingested_at).
     let o = run(&["ingest", "--db", db, "--batch", "100", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
         "accepted 422, completed 0, duplicate deliveries 0, conflicts 0, rejected 0\n"
     );
-    let o = run(&[
-        "sql",
-        "--db",
-        db,
-        "--format",
-        "csv",
-        "SELECT COUNT(*) AS n FROM job_attempt",
-    ]);
-    assert_eq!(stdout(&o), "n\r\n422\r\n");
+    let sql = "SELECT COUNT(*) AS n, COUNT(DISTINCT ingested_at) AS commits FROM job_attempt";
+    let o = run(&["sql", "--db", db, "--format", "csv", sql]);
+    assert_eq!(stdout(&o), "n,commits\r\n422,5\r\n");
 }
 
 #[test]
