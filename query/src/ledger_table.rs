@@ -32,6 +32,13 @@ pub type ProjectedReadFn = Arc<dyn Fn(&Ledger, &[usize]) -> Result<Vec<RecordBat
 /// Reads the rows of one job (`job_id = '…'`) by a key-range read instead of a full scan.
 pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
+/// Builds only the rows of one ISO week (`iso_week = '2026-W47'`, the week of a row's job) of a
+/// derived table, such as an audit, instead of every week's.
+pub type WeekReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
+
+/// The rows of one week, under the ledger generation and the week they were built for.
+type WeekCache = Mutex<Option<(u64, String, Arc<Vec<RecordBatch>>)>>;
+
 /// One ledger table (`job_attempt`, `attempt_conflict`, an audit…) as a [`TableProvider`].
 pub struct LedgerTable {
     schema: SchemaRef,
@@ -43,6 +50,10 @@ pub struct LedgerTable {
     order: Vec<&'static str>,
     /// A point read for queries that fix `job_id` to one value.
     job_read: Option<JobReadFn>,
+    /// A build of one week's rows for queries that fix `iso_week` to one value.
+    week_read: Option<WeekReadFn>,
+    /// The last week built by `week_read`.
+    week_cache: WeekCache,
 }
 
 /// How a table's rows are read.
@@ -63,6 +74,8 @@ impl LedgerTable {
             cache: Mutex::new(None),
             order: Vec::new(),
             job_read: None,
+            week_read: None,
+            week_cache: Mutex::new(None),
         }
     }
 
@@ -76,6 +89,8 @@ impl LedgerTable {
             cache: Mutex::new(None),
             order: Vec::new(),
             job_read: None,
+            week_read: None,
+            week_cache: Mutex::new(None),
         }
     }
 
@@ -84,6 +99,15 @@ impl LedgerTable {
     /// the rows returned (the pushdown is `Inexact`), so `read` may return more rows, never fewer.
     pub fn with_job_read(mut self, read: JobReadFn) -> Self {
         self.job_read = Some(read);
+        self
+    }
+
+    /// Answers a scan whose filters include `iso_week = '<literal>'` with `read` (the rows of that
+    /// week only) instead of the whole table, and keeps the last week built until the next write.
+    /// The pushdown is `Inexact`: DataFusion still applies the filter, so `read` may return more
+    /// rows, never fewer.
+    pub fn with_week_read(mut self, read: WeekReadFn) -> Self {
+        self.week_read = Some(read);
         self
     }
 
@@ -121,7 +145,9 @@ impl TableProvider for LedgerTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if self.job_read.is_some() && job_id_literal(f).is_some() {
+                if (self.job_read.is_some() && literal_of(f, "job_id").is_some())
+                    || (self.week_read.is_some() && literal_of(f, "iso_week").is_some())
+                {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -138,11 +164,35 @@ impl TableProvider for LedgerTable {
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         if let Some(read) = &self.job_read
-            && let Some(job_id) = filters.iter().find_map(job_id_literal)
+            && let Some(job_id) = filters.iter().find_map(|f| literal_of(f, "job_id"))
         {
             let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
             let batches = blocking(move || read(&ledger, &job_id)).await?;
             return self.source(batches, projection);
+        }
+        if let Some(read) = &self.week_read
+            && let Some(week) = filters.iter().find_map(|f| literal_of(f, "iso_week"))
+        {
+            let generation = self.ledger.generation();
+            let lock = || {
+                self.week_cache
+                    .lock()
+                    .map_err(|_| DataFusionError::Internal("week cache lock poisoned".into()))
+            };
+            let cached = match lock()?.as_ref() {
+                Some((g, w, b)) if *g == generation && w == week => Some(b.clone()),
+                _ => None,
+            };
+            let batches = match cached {
+                Some(b) => b,
+                None => {
+                    let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
+                    let b = Arc::new(blocking(move || read(&ledger, &w)).await?);
+                    *lock()? = Some((generation, week.to_string(), b.clone()));
+                    b
+                }
+            };
+            return self.source(batches.as_ref().clone(), projection);
         }
         let read = match &self.read {
             Read::Whole(read) => read,
@@ -229,8 +279,8 @@ impl LedgerTable {
     }
 }
 
-/// The value of a `job_id = '<literal>'` (or `'<literal>' = job_id`) filter.
-fn job_id_literal(e: &Expr) -> Option<&str> {
+/// The value of a `<column> = '<literal>'` (or `'<literal>' = <column>`) filter.
+fn literal_of<'e>(e: &'e Expr, column: &str) -> Option<&'e str> {
     use datafusion::logical_expr::{BinaryExpr, Operator};
     let Expr::BinaryExpr(BinaryExpr {
         left,
@@ -240,11 +290,11 @@ fn job_id_literal(e: &Expr) -> Option<&str> {
     else {
         return None;
     };
-    value_of(left, right).or_else(|| value_of(right, left))
+    value_of(left, right, column).or_else(|| value_of(right, left, column))
 }
 
-/// `l`'s text when `c` is the `job_id` column and `l` a string literal.
-fn value_of<'e>(c: &'e Expr, l: &'e Expr) -> Option<&'e str> {
+/// `l`'s text when `c` is `column` and `l` a string literal.
+fn value_of<'e>(c: &'e Expr, l: &'e Expr, column: &str) -> Option<&'e str> {
     use datafusion::scalar::ScalarValue;
     match (c, l) {
         (
@@ -253,7 +303,7 @@ fn value_of<'e>(c: &'e Expr, l: &'e Expr) -> Option<&'e str> {
                 ScalarValue::Utf8(Some(v)) | ScalarValue::LargeUtf8(Some(v)) | ScalarValue::Utf8View(Some(v)),
                 _,
             ),
-        ) if col.name == "job_id" => Some(v.as_str()),
+        ) if col.name == column => Some(v.as_str()),
         _ => None,
     }
 }

@@ -368,3 +368,176 @@ async fn sections_cut_at_100_rows_and_count_them_all() {
     }
     assert!(cut >= 2, "only {cut} sections were cut at 100 rows");
 }
+
+/// The rows of `batches` whose `iso_week` is `week`, as sorted table lines.
+fn lines_in_week(batches: &[datafusion::arrow::array::RecordBatch], week: &str) -> Vec<String> {
+    use datafusion::arrow::array::{AsArray, StringArray};
+    use datafusion::arrow::compute::{filter_record_batch, kernels::cmp::eq};
+    let kept: Vec<_> = batches
+        .iter()
+        .map(|b| {
+            let col = b.column_by_name("iso_week").unwrap().as_string::<i32>();
+            let mask = eq(col, &StringArray::new_scalar(week)).unwrap();
+            filter_record_batch(b, &mask).unwrap()
+        })
+        .collect();
+    sorted_lines(&kept)
+}
+
+fn sorted_lines(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<String> {
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(batches)
+        .unwrap()
+        .to_string();
+    // The rows' lines, without the header line (printed even for a batch of no rows).
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .skip(1)
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Every review section asks its audit for one week (`WHERE iso_week = '…'`), and the audit then
+/// builds only that week's rows. On a two-week drill busy enough for rests, duplicates and
+/// overloads to cross the Sunday–Monday boundary, each audit's one-week answer is exactly the
+/// whole table's rows of that week (rests, strikes and first artifacts still come from every
+/// week), and a week without jobs has none.
+#[tokio::test]
+async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
+    let (_d, ledger) = common::ledger_from_drill(20_000, laneledger_store::drill::Policy::NoPin, 5);
+    let s = Session::new(ledger).await.unwrap();
+    // (table, rows in 2026-W45, rows in 2026-W46): the whole table's counts, split by week.
+    let expected = [
+        ("lane_policy_violation", 1511, 1412),
+        ("duplicate_reconciliation", 502, 467),
+        ("same_key_retry", 0, 0),
+        ("key_rest_violation", 23, 17),
+        ("pool_overload_episode", 92, 80),
+        ("attempt_bound_exceeded", 0, 0),
+        ("outcome_mismatch", 0, 0),
+    ];
+    let mut got = Vec::new();
+    for (table, ..) in expected {
+        let whole = s.query(&format!("SELECT * FROM {table}")).await.unwrap();
+        let mut counts = Vec::new();
+        for week in ["2026-W45", "2026-W46", "2026-W47"] {
+            let one = s
+                .query(&format!("SELECT * FROM {table} WHERE iso_week = '{week}'"))
+                .await
+                .unwrap();
+            assert_eq!(
+                sorted_lines(&one.batches),
+                lines_in_week(&whole.batches, week),
+                "{table} {week}"
+            );
+            counts.push(one.num_rows());
+        }
+        assert_eq!(counts[2], 0, "{table}: no job starts in 2026-W47");
+        assert_eq!(
+            counts[0] + counts[1],
+            whole.num_rows(),
+            "{table}: every row is in one of the weeks"
+        );
+        got.push((table, counts[0], counts[1]));
+    }
+    assert_eq!(got, expected);
+}
+
+/// A key refused in the last second of 2026-W47 and used again by a job of 2026-W48 inside its
+/// rest is flagged when only 2026-W48 is asked for; an artifact first landed in 2026-W47 makes
+/// the 2026-W48 one a duplicate.
+#[tokio::test]
+async fn a_rest_and_a_duplicate_across_the_week_boundary_are_in_the_later_week() {
+    let dup = |job: &str, start_s: i64, art: &str| {
+        at(
+            job,
+            1,
+            "free",
+            start_s,
+            1,
+            "ok",
+            &format!(r#","artifact_id":"{art}","http_status":200"#),
+        )
+        .replace(&format!(r#""idem_key":"k-{job}""#), r#""idem_key":"k-shared""#)
+    };
+    let (_d, s) = session(&[
+        refusal("sunday", 1, -2, "key-x", "pool-x", r#","provider_code":1305"#),
+        at(
+            "monday",
+            1,
+            "free",
+            3,
+            1,
+            "ok",
+            r#","http_status":200,"key_id":"key-x","pool_id":"pool-x""#,
+        ),
+        dup("first", -100, "a-1"),
+        dup("second", 100, "a-2"),
+        // a same-key retry, a quota sent as retryable and a nine-attempt turn, all in 2026-W48
+        refusal("bee", 1, 500, "key-9", "pool-2", r#","provider_code":1305"#),
+        refusal("bee", 2, 505, "key-9", "pool-2", r#","provider_code":1305"#),
+        refusal("quota", 1, 600, "key-q", "pool-1", r#","provider_code":1308"#),
+        at("spin", 1, "free", 700, 1, "retryable", ""),
+        at("spin", 2, "free", 702, 1, "retryable", ""),
+        at("spin", 3, "paid", 704, 1, "retryable", ""),
+        at("spin", 4, "paid", 706, 1, "retryable", ""),
+        at("spin", 5, "paid", 708, 1, "retryable", ""),
+        at("spin", 6, "paid", 710, 1, "retryable", ""),
+        at("spin", 7, "paid", 712, 1, "retryable", ""),
+        at("spin", 8, "paid", 714, 1, "retryable", ""),
+        at("spin", 9, "paid", 716, 1, "ok", ""),
+    ])
+    .await;
+    for (sql, w48) in [
+        ("SELECT job_id FROM same_key_retry", "bee"),
+        ("SELECT job_id FROM outcome_mismatch", "quota"),
+        ("SELECT job_id FROM attempt_bound_exceeded", "spin"),
+    ] {
+        let one = |week: &str| format!("{sql} WHERE iso_week = '{week}'");
+        check(
+            &s,
+            &one("2026-W48"),
+            &[
+                "+--------+",
+                "| job_id |",
+                "+--------+",
+                &format!("| {w48:<6} |"),
+                "+--------+",
+            ],
+        )
+        .await;
+        check(&s, &one("2026-W47"), &["++", "++"]).await;
+    }
+    check(
+        &s,
+        "SELECT iso_week, key_id, job_id, refused_job_id, early_s FROM key_rest_violation WHERE iso_week = '2026-W48' AND key_id = 'key-x'",
+        &[
+            "+----------+--------+--------+----------------+---------+",
+            "| iso_week | key_id | job_id | refused_job_id | early_s |",
+            "+----------+--------+--------+----------------+---------+",
+            "| 2026-W48 | key-x  | monday | sunday         | 11.0    |",
+            "+----------+--------+--------+----------------+---------+",
+        ],
+    )
+    .await;
+    check(
+        &s,
+        "SELECT iso_week, idem_key, artifact_id, first_artifact_id, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '2026-W48'",
+        &[
+            "+----------+----------+-------------+-------------------+-------+--------------+",
+            "| iso_week | idem_key | artifact_id | first_artifact_id | gap_s | class        |",
+            "+----------+----------+-------------+-------------------+-------+--------------+",
+            "| 2026-W48 | k-shared | a-2         | a-1               | 200.0 | reconcilable |",
+            "+----------+----------+-------------+-------------------+-------+--------------+",
+        ],
+    )
+    .await;
+    check(
+        &s,
+        "SELECT COUNT(*) AS n FROM key_rest_violation WHERE iso_week = '2026-W47'",
+        &["+---+", "| n |", "+---+", "| 0 |", "+---+"],
+    )
+    .await;
+}

@@ -118,10 +118,10 @@ pub fn replay(attempts: &[AuditAttempt<'_>], s: &AuditSettings) -> Vec<Violation
     out
 }
 
-/// The `lane_policy_violation` rows of the snapshot.
-pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
+/// The `lane_policy_violation` rows of the snapshot: every week's, or (`week`) one ISO week's.
+pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     let mut v: Vec<Violation> = Vec::new();
-    snap.for_each_job(|job| v.extend(replay(job, s)));
+    snap.for_each_job(week, |job| v.extend(replay(job, s)));
     let cols = vec![
         text(v.iter().map(|x| Some(snap.week(x.row)))),
         text(v.iter().map(|x| Some(x.job_id.as_str()))),

@@ -28,7 +28,7 @@ use laneledger_store::{Lane, Ledger, Outcome};
 
 use crate::error::Result;
 use crate::job_attempt::{self, AttemptCache};
-use crate::ledger_table::{LedgerTable, ReadFn};
+use crate::ledger_table::{LedgerTable, ReadFn, WeekReadFn};
 
 /// The lane.yaml settings the audits use, with the seeds' values as defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,9 +263,30 @@ impl Snapshot {
         &self.weeks[self.row_week[row] as usize]
     }
 
-    /// Calls `f` with each job's attempts, in attempt_no order (jobs in job_id order).
-    pub fn for_each_job<'s>(&'s self, mut f: impl FnMut(&[AuditAttempt<'s>])) {
+    /// The rows an audit reports: every row when `week` is `None`, else the rows of the jobs
+    /// whose ISO week (`2026-W47`, the week of the job's first attempt) is `week`.
+    pub fn rows_in(&self, week: Option<&str>) -> WeekRows<'_> {
+        WeekRows {
+            row_week: &self.row_week,
+            week: week.map(|w| self.weeks.iter().position(|l| l == w).map(|i| i as u32)),
+        }
+    }
+
+    /// Calls `f` with each job's attempts, in attempt_no order (jobs in job_id order): every
+    /// job when `week` is `None`, else only the jobs of that ISO week.
+    pub fn for_each_job<'s>(&'s self, week: Option<&str>, mut f: impl FnMut(&[AuditAttempt<'s>])) {
         let mut job: Vec<AuditAttempt<'s>> = Vec::new();
+        if week.is_some() {
+            let rows = self.rows_in(week);
+            for j in self.job_starts.windows(2) {
+                if rows.keeps(j[0]) {
+                    job.clear();
+                    job.extend((j[0]..j[1]).map(|row| self.get(row)));
+                    f(&job);
+                }
+            }
+            return;
+        }
         let mut ends = self.job_starts.iter().skip(1);
         let mut end = ends.next().copied().unwrap_or(0);
         for a in self.iter() {
@@ -282,10 +303,29 @@ impl Snapshot {
     }
 }
 
+/// Which rows of a [`Snapshot`] an audit reports ([`Snapshot::rows_in`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WeekRows<'s> {
+    row_week: &'s [u32],
+    /// `None`: every row; `Some(None)`: none (no job in the week); `Some(Some(w))`: week `w`'s.
+    week: Option<Option<u32>>,
+}
+
+impl WeekRows<'_> {
+    /// Whether the attempt at `row` is reported.
+    pub fn keeps(&self, row: usize) -> bool {
+        match self.week {
+            None => true,
+            Some(w) => w == Some(self.row_week[row]),
+        }
+    }
+}
+
 /// The last snapshot read, under the ledger write generation it was read at.
 type SharedSnapshot = Mutex<Option<(u64, Arc<Snapshot>)>>;
 
-type AuditFn = fn(&Snapshot, &AuditSettings) -> Result<RecordBatch>;
+/// Builds one audit table from a snapshot: every week's rows, or (`Some(week)`) one ISO week's.
+type AuditFn = fn(&Snapshot, &AuditSettings, Option<&str>) -> Result<RecordBatch>;
 
 /// The audit tables: (name, schema, builder).
 pub fn audit_tables() -> Vec<(&'static str, SchemaRef, AuditFn)> {
@@ -332,7 +372,8 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
 /// `job_attempt` columns) afresh after every write.
 ///
 /// The tables share one [`Snapshot`] per ledger write generation, so the rows are walked into
-/// jobs and weeks once for all of them, not once per table.
+/// jobs and weeks once for all of them, not once per table. A query that fixes `iso_week` to one
+/// value (as every review section does) builds only that week's rows.
 pub fn register(
     ctx: &SessionContext,
     ledger: &Ledger,
@@ -342,11 +383,18 @@ pub fn register(
     let shared: Arc<SharedSnapshot> = Arc::default();
     for (name, schema, build) in audit_tables() {
         let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
+        let (week_settings, week_shared, week_attempts) = (settings.clone(), shared.clone(), attempts.clone());
         let read: ReadFn = Arc::new(move |l: &Ledger| {
             let snap = snapshot(l, &attempts, &shared)?;
-            in_chunks(build(&snap, &settings)?)
+            in_chunks(build(&snap, &settings, None)?)
         });
-        ctx.register_table(name, Arc::new(LedgerTable::new(schema, ledger.clone(), read)))?;
+        // The review asks each audit for one week: only that week's rows are built.
+        let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| {
+            let snap = snapshot(l, &week_attempts, &week_shared)?;
+            in_chunks(build(&snap, &week_settings, Some(week))?)
+        });
+        let table = LedgerTable::new(schema, ledger.clone(), read).with_week_read(week_read);
+        ctx.register_table(name, Arc::new(table))?;
     }
     Ok(())
 }

@@ -37,13 +37,28 @@ pub fn schema() -> SchemaRef {
 /// One artifact's first appearance: (ended_at, job_id, attempt_no, row).
 type Landing<'a> = (Option<i64>, &'a str, u32, usize);
 
-/// The rows of `duplicate_reconciliation`.
-pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
+/// The rows of `duplicate_reconciliation`: every week's, or (`week`) those whose later artifact
+/// first landed in one of that ISO week's jobs (measured against the idem_key's first artifact,
+/// whatever its week).
+pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let reported = snap.rows_in(week);
+    // For one week, only the idem_keys with an artifact in that week's jobs can have rows.
+    let wanted: Option<HashSet<&str>> = week.map(|_| {
+        let mut keys = HashSet::default();
+        snap.for_each_job(week, |job| {
+            keys.extend(job.iter().filter(|a| a.artifact_id.is_some()).map(|a| a.idem_key))
+        });
+        keys
+    });
+    let wanted = |key: &str| wanted.as_ref().is_none_or(|w| w.contains(key));
     // The idem_keys with two distinct artifacts or more: only theirs are kept below.
     let mut first: HashMap<&str, &str> = HashMap::default();
     let mut duplicated: HashSet<&str> = HashSet::default();
     for a in snap.iter() {
         let Some(art) = a.artifact_id else { continue };
+        if !wanted(a.idem_key) {
+            continue;
+        }
         if *first.entry(a.idem_key).or_insert(art) != art {
             duplicated.insert(a.idem_key);
         }
@@ -86,6 +101,9 @@ pub fn build(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
         list.sort_by_key(|(a, l)| (l.0.is_none(), l.0, *a));
         let (first, first_land) = list[0];
         for (art, land) in &list[1..] {
+            if !reported.keeps(land.3) {
+                continue;
+            }
             let gap_s = match (land.0, first_land.0) {
                 (Some(t), Some(f)) => Some((t - f) as f64 / 1e6),
                 _ => None,

@@ -71,10 +71,10 @@ pub fn same_key_retry_schema() -> SchemaRef {
 }
 
 /// An attempt on the very key that refused the job's previous attempt (seed 002 `next_free`:
-/// "never the key that just failed"; the #9967 case).
-pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings) -> Result<RecordBatch> {
+/// "never the key that just failed"; the #9967 case). Every week's rows, or (`week`) one ISO week's.
+pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     let mut rows: Vec<(AuditAttempt<'_>, AuditAttempt<'_>, ErrorKind)> = Vec::new();
-    snap.for_each_job(|job| {
+    snap.for_each_job(week, |job| {
         for w in job.windows(2) {
             let (prev, next) = (w[0], w[1]);
             let Some(k) = kind(&prev) else { continue };
@@ -154,7 +154,11 @@ struct Use {
 /// A rest runs from the moment the refusal arrived (its `ended_at`) for `rest_s` seconds; an
 /// attempt that started on the key inside that span is flagged. Strikes are the key's transient
 /// refusals in a row before this one, in the order they arrived; an answer resets them.
-pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
+///
+/// With `week`, only the uses by that ISO week's jobs are reported; the rests and strikes still
+/// come from every use of the key, whatever its job's week.
+pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let reported = snap.rows_in(week);
     let mut by_key: BTreeMap<&str, Vec<Use>> = BTreeMap::new();
     for a in snap.iter() {
         if let Some(k) = a.key_id {
@@ -212,6 +216,7 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBa
             if let Some(r) = in_force
                 && u.started_at < r.until
                 && r.refused != u.row
+                && reported.keeps(u.row as usize)
             {
                 flagged.push((u.row, r));
             }
@@ -392,10 +397,17 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     out
 }
 
-/// The rows of `pool_overload_episode`.
-pub fn pool_overload_episode(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
-    let e = episodes(snap, s);
-    let weeks: Vec<String> = e.iter().map(|x| super::iso_week_of(x.start)).collect();
+/// The rows of `pool_overload_episode`: every week's, or (`week`) the episodes that start in that
+/// ISO week (found from every week's refusals, so an episode is the same either way).
+pub fn pool_overload_episode(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let (e, weeks): (Vec<Episode>, Vec<String>) = episodes(snap, s)
+        .into_iter()
+        .map(|x| {
+            let w = super::iso_week_of(x.start);
+            (x, w)
+        })
+        .filter(|(_, w)| week.is_none_or(|week| week == w))
+        .unzip();
     let keys: Vec<String> = e
         .iter()
         .map(|x| x.keys.iter().cloned().collect::<Vec<_>>().join(","))
@@ -431,10 +443,11 @@ pub fn bound_schema() -> SchemaRef {
 
 /// Jobs (turns) with more attempts than `max_attempts_per_turn` (seed 002 `MAX_ATTEMPTS_PER_TURN`:
 /// "it keeps a turn from spinning through 34 keys").
-pub fn attempt_bound_exceeded(snap: &Snapshot, s: &AuditSettings) -> Result<RecordBatch> {
+/// Every week's rows, or (`week`) one ISO week's.
+pub fn attempt_bound_exceeded(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     // (first attempt, attempts, last attempt) of each job past the bound.
     let mut jobs: Vec<(AuditAttempt<'_>, usize, AuditAttempt<'_>)> = Vec::new();
-    snap.for_each_job(|j| {
+    snap.for_each_job(week, |j| {
         if let (Some(first), Some(last)) = (j.first(), j.last())
             && j.len() > s.max_attempts_per_turn as usize
         {
@@ -491,15 +504,16 @@ pub fn contradiction(outcome: Outcome, k: ErrorKind) -> Option<&'static str> {
     }
 }
 
-/// Attempts whose router outcome contradicts seed 002 `error_kind` of their status and code.
-pub fn outcome_mismatch(snap: &Snapshot, _s: &AuditSettings) -> Result<RecordBatch> {
-    let rows: Vec<(AuditAttempt<'_>, Outcome, ErrorKind, &str)> = snap
-        .iter()
-        .filter_map(|a| {
-            let (o, k) = (a.outcome?, kind(&a)?);
-            contradiction(o, k).map(|why| (a, o, k, why))
-        })
-        .collect();
+/// Attempts whose router outcome contradicts seed 002 `error_kind` of their status and code:
+/// every week's, or (`week`) those of one ISO week's jobs.
+pub fn outcome_mismatch(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let mut rows: Vec<(AuditAttempt<'_>, Outcome, ErrorKind, &str)> = Vec::new();
+    snap.for_each_job(week, |job| {
+        rows.extend(job.iter().filter_map(|a| {
+            let (o, k) = (a.outcome?, kind(a)?);
+            contradiction(o, k).map(|why| (*a, o, k, why))
+        }))
+    });
     batch(
         mismatch_schema(),
         vec![
