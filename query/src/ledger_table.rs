@@ -36,16 +36,17 @@ pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Sen
 /// derived table, such as an audit, instead of every week's.
 pub type WeekReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
 
-/// The rows of one week, under the ledger generation and the week they were built for.
-type WeekCache = Mutex<Option<(u64, String, Arc<Vec<RecordBatch>>)>>;
+/// The batches of the last read, under the ledger generation they were read at and what they
+/// were read for (a week, or `""` for every row).
+type Cache = Mutex<Option<(u64, String, Arc<Vec<RecordBatch>>)>>;
 
 /// One ledger table (`job_attempt`, `attempt_conflict`, an audit…) as a [`TableProvider`].
 pub struct LedgerTable {
     schema: SchemaRef,
     ledger: Ledger,
     read: Read,
-    /// The batches of the last scan, under the ledger generation they were read at.
-    cache: Mutex<Option<(u64, Arc<Vec<RecordBatch>>)>>,
+    /// The batches of the last whole scan.
+    cache: Cache,
     /// Columns the rows are sorted by (ascending), as the read function guarantees.
     order: Vec<&'static str>,
     /// A point read for queries that fix `job_id` to one value.
@@ -53,7 +54,7 @@ pub struct LedgerTable {
     /// A build of one week's rows for queries that fix `iso_week` to one value.
     week_read: Option<WeekReadFn>,
     /// The last week built by `week_read`.
-    week_cache: WeekCache,
+    week_cache: Cache,
 }
 
 /// How a table's rows are read.
@@ -173,25 +174,8 @@ impl TableProvider for LedgerTable {
         if let Some(read) = &self.week_read
             && let Some(week) = filters.iter().find_map(|f| literal_of(f, "iso_week"))
         {
-            let generation = self.ledger.generation();
-            let lock = || {
-                self.week_cache
-                    .lock()
-                    .map_err(|_| DataFusionError::Internal("week cache lock poisoned".into()))
-            };
-            let cached = match lock()?.as_ref() {
-                Some((g, w, b)) if *g == generation && w == week => Some(b.clone()),
-                _ => None,
-            };
-            let batches = match cached {
-                Some(b) => b,
-                None => {
-                    let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
-                    let b = Arc::new(blocking(move || read(&ledger, &w)).await?);
-                    *lock()? = Some((generation, week.to_string(), b.clone()));
-                    b
-                }
-            };
+            let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
+            let batches = cached(&self.ledger, &self.week_cache, week, move || read(&ledger, &w)).await?;
             return self.source(batches.as_ref().clone(), projection);
         }
         let read = match &self.read {
@@ -205,27 +189,37 @@ impl TableProvider for LedgerTable {
                 return self.projected_source(batches, &columns);
             }
         };
-        // Read the generation before the rows: a write that lands meanwhile bumps it, so the
-        // cache entry is never newer than its rows claim.
-        let generation = self.ledger.generation();
-        let cached = self
-            .cache
-            .lock()
-            .map_err(|_| DataFusionError::Internal("cache lock poisoned".into()))?
-            .clone();
-        let batches = match cached {
-            Some((g, b)) if g == generation => b,
-            _ => {
-                let (ledger, read) = (self.ledger.clone(), read.clone());
-                let b = Arc::new(blocking(move || read(&ledger)).await?);
-                if let Ok(mut c) = self.cache.lock() {
-                    *c = Some((generation, b.clone()));
-                }
-                b
-            }
-        };
+        let (ledger, read) = (self.ledger.clone(), read.clone());
+        let batches = cached(&self.ledger, &self.cache, "", move || read(&ledger)).await?;
         self.source(batches.as_ref().clone(), projection)
     }
+}
+
+/// The batches `cache` holds for `key` when no write has landed since they were read; else
+/// `read`'s, kept in `cache` in their place.
+async fn cached(
+    ledger: &Ledger,
+    cache: &Cache,
+    key: &str,
+    read: impl FnOnce() -> Result<Vec<RecordBatch>> + Send + 'static,
+) -> datafusion::error::Result<Arc<Vec<RecordBatch>>> {
+    // Read the generation before the rows: a write that lands meanwhile bumps it, so the cache
+    // entry is never newer than its rows claim.
+    let generation = ledger.generation();
+    let lock = || {
+        cache
+            .lock()
+            .map_err(|_| DataFusionError::Internal("ledger table cache lock poisoned".into()))
+    };
+    if let Some((g, k, b)) = lock()?.as_ref()
+        && *g == generation
+        && k == key
+    {
+        return Ok(b.clone());
+    }
+    let batches = Arc::new(blocking(read).await?);
+    *lock()? = Some((generation, key.to_string(), batches.clone()));
+    Ok(batches)
 }
 
 /// Runs a ledger read on tokio's blocking threads: redb reads block, and must not hold up the

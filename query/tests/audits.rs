@@ -110,6 +110,18 @@ async fn duplicates_split_by_the_900_s_reconcile_window() {
     .await;
 }
 
+/// Job `spin`: nine attempts 2 s apart from `start_s`, two free then paid, the last one ok (past
+/// seed 002's bound of 8 a turn).
+fn spin_turn(start_s: i64) -> Vec<String> {
+    (1..=9)
+        .map(|no| {
+            let lane = if no <= 2 { "free" } else { "paid" };
+            let outcome = if no == 9 { "ok" } else { "retryable" };
+            at("spin", no, lane, start_s + 2 * (i64::from(no) - 1), 1, outcome, "")
+        })
+        .collect()
+}
+
 fn refusal(job: &str, no: u32, start_s: i64, key: &str, pool: &str, code: &str) -> String {
     at(
         job,
@@ -165,41 +177,37 @@ async fn a_pool_overload_is_three_keys_answering_1305_within_60_s_and_not_over_3
 
 #[tokio::test]
 async fn key_refusal_audits_name_each_lapse() {
-    let (_d, s) = session(&[
-        // the #9967 case: 1305 on key-9, then the same key again at once
-        refusal("bee", 1, 0, "key-9", "pool-2", r#","provider_code":1305"#),
-        refusal("bee", 2, 5, "key-9", "pool-2", r#","provider_code":1305"#),
-        at(
-            "bee",
-            3,
-            "free",
-            60,
-            10,
-            "ok",
-            r#","http_status":200,"key_id":"key-0","pool_id":"pool-2""#,
-        ),
-        // a quota code sent as retryable; key-q then used again 10 minutes later (long break: 30)
-        refusal("quota", 1, 0, "key-q", "pool-1", r#","provider_code":1308"#),
-        at(
-            "later",
-            1,
-            "free",
-            601,
-            5,
-            "ok",
-            r#","http_status":200,"key_id":"key-q","pool_id":"pool-1""#,
-        ),
+    let (_d, s) = session(
+        &[
+            // the #9967 case: 1305 on key-9, then the same key again at once
+            refusal("bee", 1, 0, "key-9", "pool-2", r#","provider_code":1305"#),
+            refusal("bee", 2, 5, "key-9", "pool-2", r#","provider_code":1305"#),
+            at(
+                "bee",
+                3,
+                "free",
+                60,
+                10,
+                "ok",
+                r#","http_status":200,"key_id":"key-0","pool_id":"pool-2""#,
+            ),
+            // a quota code sent as retryable; key-q then used again 10 minutes later (long break: 30)
+            refusal("quota", 1, 0, "key-q", "pool-1", r#","provider_code":1308"#),
+            at(
+                "later",
+                1,
+                "free",
+                601,
+                5,
+                "ok",
+                r#","http_status":200,"key_id":"key-q","pool_id":"pool-1""#,
+            ),
+        ]
+        .into_iter()
         // nine attempts in one turn
-        at("spin", 1, "free", 0, 1, "retryable", ""),
-        at("spin", 2, "free", 2, 1, "retryable", ""),
-        at("spin", 3, "paid", 4, 1, "retryable", ""),
-        at("spin", 4, "paid", 6, 1, "retryable", ""),
-        at("spin", 5, "paid", 8, 1, "retryable", ""),
-        at("spin", 6, "paid", 10, 1, "retryable", ""),
-        at("spin", 7, "paid", 12, 1, "retryable", ""),
-        at("spin", 8, "paid", 14, 1, "retryable", ""),
-        at("spin", 9, "paid", 16, 1, "ok", ""),
-    ])
+        .chain(spin_turn(0))
+        .collect::<Vec<_>>(),
+    )
     .await;
     check(
         &s,
@@ -462,33 +470,29 @@ async fn a_rest_and_a_duplicate_across_the_week_boundary_are_in_the_later_week()
         )
         .replace(&format!(r#""idem_key":"k-{job}""#), r#""idem_key":"k-shared""#)
     };
-    let (_d, s) = session(&[
-        refusal("sunday", 1, -2, "key-x", "pool-x", r#","provider_code":1305"#),
-        at(
-            "monday",
-            1,
-            "free",
-            3,
-            1,
-            "ok",
-            r#","http_status":200,"key_id":"key-x","pool_id":"pool-x""#,
-        ),
-        dup("first", -100, "a-1"),
-        dup("second", 100, "a-2"),
-        // a same-key retry, a quota sent as retryable and a nine-attempt turn, all in 2026-W48
-        refusal("bee", 1, 500, "key-9", "pool-2", r#","provider_code":1305"#),
-        refusal("bee", 2, 505, "key-9", "pool-2", r#","provider_code":1305"#),
-        refusal("quota", 1, 600, "key-q", "pool-1", r#","provider_code":1308"#),
-        at("spin", 1, "free", 700, 1, "retryable", ""),
-        at("spin", 2, "free", 702, 1, "retryable", ""),
-        at("spin", 3, "paid", 704, 1, "retryable", ""),
-        at("spin", 4, "paid", 706, 1, "retryable", ""),
-        at("spin", 5, "paid", 708, 1, "retryable", ""),
-        at("spin", 6, "paid", 710, 1, "retryable", ""),
-        at("spin", 7, "paid", 712, 1, "retryable", ""),
-        at("spin", 8, "paid", 714, 1, "retryable", ""),
-        at("spin", 9, "paid", 716, 1, "ok", ""),
-    ])
+    let (_d, s) = session(
+        &[
+            refusal("sunday", 1, -2, "key-x", "pool-x", r#","provider_code":1305"#),
+            at(
+                "monday",
+                1,
+                "free",
+                3,
+                1,
+                "ok",
+                r#","http_status":200,"key_id":"key-x","pool_id":"pool-x""#,
+            ),
+            dup("first", -100, "a-1"),
+            dup("second", 100, "a-2"),
+            // a same-key retry, a quota sent as retryable and a nine-attempt turn, all in 2026-W48
+            refusal("bee", 1, 500, "key-9", "pool-2", r#","provider_code":1305"#),
+            refusal("bee", 2, 505, "key-9", "pool-2", r#","provider_code":1305"#),
+            refusal("quota", 1, 600, "key-q", "pool-1", r#","provider_code":1308"#),
+        ]
+        .into_iter()
+        .chain(spin_turn(700))
+        .collect::<Vec<_>>(),
+    )
     .await;
     for (sql, w48) in [
         ("SELECT job_id FROM same_key_retry", "bee"),
