@@ -254,6 +254,43 @@ impl Session {
         self.weekly_rows("weeks", WEEKS_SQL, week_from_row).await
     }
 
+    /// The review of `week` (`2026-W47`), or of the latest week with data when `None`, with
+    /// the week's audit sections ([`Session::audit_sections`]): what `laneledger review`,
+    /// `GET /v1/review` and the week pages show.
+    ///
+    /// Between them the review's queries read every column of `job_attempt` but `attrs`, a few at
+    /// a time; they are read first, in one scan of the ledger
+    /// ([`crate::job_attempt::WIDE_COLUMNS`]), instead of one scan per new set of columns. With
+    /// a week named, the drill table and the sections are built at the same time (on two cores,
+    /// `week_rollup`'s walk beside the audits').
+    ///
+    /// Errors: those of [`Session::review`] and [`Session::audit_sections`].
+    pub async fn review_with_sections(
+        &self,
+        week: Option<&str>,
+        thresholds: &Thresholds,
+    ) -> Result<(WeekReview, Vec<crate::Section>)> {
+        let attempts = self.attempts.clone();
+        tokio::task::spawn_blocking(move || attempts.columns(&crate::job_attempt::WIDE_COLUMNS))
+            .await
+            .map_err(|e| Error::Internal(format!("column read: {e}")))??;
+        let (review, sections) = match week {
+            Some(w) => futures::try_join!(self.review(Some(w), thresholds), self.audit_sections(w))?,
+            None => {
+                let review = self.review(None, thresholds).await?;
+                let sections = self.audit_sections(&review.week.iso_week).await?;
+                (review, sections)
+            }
+        };
+        // The sections belong under the review's own label of the week, should it spell the
+        // asked label another way.
+        if week.is_some_and(|w| w != review.week.iso_week) {
+            let sections = self.audit_sections(&review.week.iso_week).await?;
+            return Ok((review, sections));
+        }
+        Ok((review, sections))
+    }
+
     /// The review of `week` (`2026-W47`), or of the latest week with data when `None`.
     ///
     /// Errors: [`Error::BadWeek`] for a label that is not an ISO week, [`Error::UnknownWeek`] when

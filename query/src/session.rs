@@ -97,6 +97,8 @@ pub struct Session {
     ledger: Ledger,
     config: Arc<LaneConfig>,
     memo: Arc<Mutex<Memo>>,
+    /// The Arrow columns of the attempts, shared by every table built from them.
+    pub(crate) attempts: Arc<job_attempt::AttemptCache>,
 }
 
 /// Results derived from the ledger (weeks, review sections), remembered until its next write.
@@ -238,7 +240,15 @@ impl Session {
             ledger,
             config: Arc::new(config),
             memo: Arc::default(),
+            attempts,
         })
+    }
+
+    /// How many times this session has scanned the ledger's attempts into Arrow columns (once
+    /// per write generation for a query mix, twice at most: see
+    /// [`job_attempt::AttemptCache::columns`]).
+    pub fn attempt_scans(&self) -> u64 {
+        self.attempts.scans()
     }
 
     /// The lane.yaml settings this session applies.

@@ -233,6 +233,36 @@ async fn columns_built_by_different_queries_line_up_with_a_full_read() {
     }
     assert_eq!(all[0][..5], ["j1", "1", "100", "ambiguous", ""]);
     assert_eq!(all[7][..6], ["j5", "2", "7", "ok", "", "paid"]);
+    // The first query scanned for its columns; the second, asking for more, read every column
+    // but attrs; so the last query's lane and ingested_at were already there.
+    assert_eq!(session.attempt_scans(), 2);
+    let attrs = rows(&session, "SELECT attrs FROM job_attempt WHERE attrs IS NOT NULL").await;
+    assert!(attrs.is_empty());
+    assert_eq!(session.attempt_scans(), 3, "attrs is read only when asked for");
+}
+
+/// The weekly review with its sections reads the ledger once (every column it needs, in one
+/// scan), and answers exactly what the review and the sections asked for one by one answer.
+#[tokio::test]
+async fn the_review_with_its_sections_scans_once_and_answers_as_its_parts_do() {
+    let (_d, ledger) = common::ledger_from(&["drill-nopin-2026-W47.ndjson", "drill-pin-2026-W48.ndjson"]);
+    for week in [Some("2026-W47"), Some("2026-W48"), None] {
+        let together = Session::new(ledger.clone()).await.unwrap();
+        let thresholds = together.thresholds();
+        let (review, sections) = together.review_with_sections(week, &thresholds).await.unwrap();
+        assert_eq!(together.attempt_scans(), 1, "{week:?}");
+        assert_eq!(review.week.iso_week, week.unwrap_or("2026-W48"));
+        let apart = Session::new(ledger.clone()).await.unwrap();
+        let review_alone = apart.review(week, &thresholds).await.unwrap();
+        let sections_alone = apart.audit_sections(&review_alone.week.iso_week).await.unwrap();
+        assert_eq!(
+            laneledger_query::review_document(&review, &sections),
+            laneledger_query::review_document(&review_alone, &sections_alone),
+            "{week:?}"
+        );
+        // Alone, the review scans for its drill table's columns, then the sections for the rest.
+        assert_eq!(apart.attempt_scans(), 2, "{week:?}");
+    }
 }
 
 /// `job_week` and `week_rollup` at the edges: a job whose retry crosses into the next ISO week

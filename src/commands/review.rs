@@ -12,9 +12,7 @@ pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&
     let ledger = super::open_existing(db)?;
     let (review, sections) = super::runtime()?.block_on(async {
         let session = Session::with_config(ledger, config).await?;
-        let review = session.review(week, &session.thresholds()).await?;
-        let sections = session.audit_sections(&review.week.iso_week).await?;
-        Ok::<_, laneledger_query::Error>((review, sections))
+        session.review_with_sections(week, &session.thresholds()).await
     })?;
     match format {
         ReviewFormat::Text => {

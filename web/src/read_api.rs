@@ -21,8 +21,10 @@ pub struct WeekParam {
 /// `GET /v1/review?week=YYYY-Www`: the weekly review as JSON (`laneledger review --format json`'s
 /// document). 400 for a bad label, 404 for a week without data.
 pub async fn review(State(state): State<AppState>, Query(p): Query<WeekParam>) -> Result<Response, ApiError> {
-    let review = state.session.review(p.week.as_deref(), &state.thresholds).await?;
-    let sections = state.session.audit_sections(&review.week.iso_week).await?;
+    let (review, sections) = state
+        .session
+        .review_with_sections(p.week.as_deref(), &state.thresholds)
+        .await?;
     Ok(Json(review_document(&review, &sections)).into_response())
 }
 

@@ -256,8 +256,7 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
         })
         .into_response());
     }
-    let review = state.session.review(None, &state.thresholds).await?;
-    let sections = state.session.audit_sections(&review.week.iso_week).await?;
+    let (review, sections) = state.session.review_with_sections(None, &state.thresholds).await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
     Ok(HtmlTemplate(review_page(review, &weeks, sections, daily, &state, true)).into_response())
 }
@@ -268,9 +267,11 @@ pub(crate) async fn week(
     week: Result<Path<String>, PathRejection>,
 ) -> Result<HtmlTemplate<impl Template>, AppError> {
     let Path(week) = week?;
-    let review = state.session.review(Some(&week), &state.thresholds).await?;
+    let (review, sections) = state
+        .session
+        .review_with_sections(Some(&week), &state.thresholds)
+        .await?;
     let weeks = state.session.weeks().await?;
-    let sections = state.session.audit_sections(&review.week.iso_week).await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
     Ok(HtmlTemplate(review_page(
         review, &weeks, sections, daily, &state, false,
