@@ -123,6 +123,11 @@ pub struct AuditAttempt<'a> {
     pub pool_id: Option<&'a str>,
 }
 
+/// The text at `i`, or `None` where it is null.
+fn text(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
 /// One batch's audit columns, downcast once.
 struct Columns {
     job_id: StringArray,
@@ -158,11 +163,38 @@ impl Columns {
         })
     }
 
-    fn get(&self, i: usize, row: usize) -> AuditAttempt<'_> {
-        fn text(a: &StringArray, i: usize) -> Option<&str> {
-            a.is_valid(i).then(|| a.value(i))
+    /// Rows in this batch.
+    fn len(&self) -> usize {
+        self.job_id.len()
+    }
+
+    /// When the answer of the attempt at `i` arrived: `ended_at`, else `started_at` (µs).
+    fn end(&self, i: usize) -> i64 {
+        if self.ended_at.is_valid(i) {
+            self.ended_at.value(i)
+        } else {
+            self.started_at.value(i)
         }
-        let int = |a: &Int64Array| a.is_valid(i).then(|| a.value(i));
+    }
+
+    /// `http_status` of the attempt at `i`.
+    fn http_status(&self, i: usize) -> Option<u16> {
+        self.http_status.is_valid(i).then(|| self.http_status.value(i) as u16)
+    }
+
+    /// `provider_code` of the attempt at `i`.
+    fn provider_code(&self, i: usize) -> Option<u32> {
+        self.provider_code
+            .is_valid(i)
+            .then(|| self.provider_code.value(i) as u32)
+    }
+
+    /// seed 002 `error_kind` of the attempt at `i` ([`job_attempt::error_kind_of`]).
+    fn kind(&self, i: usize) -> Option<laneledger_store::policy::refusal::ErrorKind> {
+        job_attempt::error_kind_of(self.http_status(i), self.provider_code(i))
+    }
+
+    fn get(&self, i: usize, row: usize) -> AuditAttempt<'_> {
         AuditAttempt {
             row,
             job_id: self.job_id.value(i),
@@ -173,8 +205,8 @@ impl Columns {
             ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
             outcome: text(&self.outcome, i).and_then(Outcome::parse),
             artifact_id: text(&self.artifact_id, i),
-            http_status: int(&self.http_status).map(|v| v as u16),
-            provider_code: int(&self.provider_code).map(|v| v as u32),
+            http_status: self.http_status(i),
+            provider_code: self.provider_code(i),
             key_id: text(&self.key_id, i),
             pool_id: text(&self.pool_id, i),
         }
@@ -248,6 +280,12 @@ impl Snapshot {
     pub fn get(&self, row: usize) -> AuditAttempt<'_> {
         let b = self.starts.partition_point(|&s| s <= row) - 1;
         self.batches[b].get(row - self.starts[b], row)
+    }
+
+    /// Each batch's columns with the snapshot row of its first attempt, in order: for the audits
+    /// that read a few columns of every attempt, without building a whole [`AuditAttempt`] each.
+    fn chunks(&self) -> impl Iterator<Item = (usize, &Columns)> {
+        self.starts.iter().copied().zip(&self.batches)
     }
 
     /// Every attempt, in (job_id, attempt_no) order.

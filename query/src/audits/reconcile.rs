@@ -54,32 +54,43 @@ pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<R
     // The idem_keys with two distinct artifacts or more: only theirs are kept below.
     let mut first: HashMap<&str, &str> = HashMap::default();
     let mut duplicated: HashSet<&str> = HashSet::default();
-    for a in snap.iter() {
-        let Some(art) = a.artifact_id else { continue };
-        if !wanted(a.idem_key) {
-            continue;
-        }
-        if *first.entry(a.idem_key).or_insert(art) != art {
-            duplicated.insert(a.idem_key);
+    for (_, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let Some(art) = super::text(&c.artifact_id, i) else {
+                continue;
+            };
+            let key = c.idem_key.value(i);
+            if !wanted(key) {
+                continue;
+            }
+            if *first.entry(key).or_insert(art) != art {
+                duplicated.insert(key);
+            }
         }
     }
     drop(first);
     // idem_key → artifact_id → its earliest landing.
     let mut keys: BTreeMap<&str, BTreeMap<&str, Landing>> = BTreeMap::new();
-    for a in snap.iter() {
-        let Some(art) = a.artifact_id else { continue };
-        if !duplicated.contains(a.idem_key) {
-            continue;
-        }
-        let landing = (a.ended_at, a.job_id, a.attempt_no, a.row);
-        let e = keys.entry(a.idem_key).or_default().entry(art).or_insert(landing);
-        let earlier = match (a.ended_at, e.0) {
-            (Some(new), Some(old)) => new < old,
-            (Some(_), None) => true,
-            _ => false,
-        };
-        if earlier {
-            *e = landing;
+    for (start, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let Some(art) = super::text(&c.artifact_id, i) else {
+                continue;
+            };
+            let key = c.idem_key.value(i);
+            if !duplicated.contains(key) {
+                continue;
+            }
+            let a = c.get(i, start + i);
+            let landing = (a.ended_at, a.job_id, a.attempt_no, a.row);
+            let e = keys.entry(key).or_default().entry(art).or_insert(landing);
+            let earlier = match (a.ended_at, e.0) {
+                (Some(new), Some(old)) => new < old,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            if earlier {
+                *e = landing;
+            }
         }
     }
     struct Row<'a> {

@@ -160,14 +160,16 @@ struct Use {
 pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     let reported = snap.rows_in(week);
     let mut by_key: BTreeMap<&str, Vec<Use>> = BTreeMap::new();
-    for a in snap.iter() {
-        if let Some(k) = a.key_id {
-            by_key.entry(k).or_default().push(Use {
-                end: a.ended_at.unwrap_or(a.started_at),
-                started_at: a.started_at,
-                row: a.row as u32,
-                kind: kind(&a),
-            });
+    for (start, c) in snap.chunks() {
+        for i in 0..c.len() {
+            if let Some(k) = super::text(&c.key_id, i) {
+                by_key.entry(k).or_default().push(Use {
+                    end: c.end(i),
+                    started_at: c.started_at.value(i),
+                    row: (start + i) as u32,
+                    kind: c.kind(i),
+                });
+            }
         }
     }
     let mut flagged: Vec<(u32, Rest)> = Vec::new();
@@ -326,16 +328,15 @@ fn overloaded(distinct: usize, pool_size: usize, s: &AuditSettings) -> bool {
 pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     let mut pool_keys: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     let mut events: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
-    for a in snap.iter() {
-        let (Some(pool), Some(key)) = (a.pool_id, a.key_id) else {
-            continue;
-        };
-        pool_keys.entry(pool).or_default().insert(key);
-        if a.provider_code == Some(ZAI_OVERLOAD) {
-            events
-                .entry(pool)
-                .or_default()
-                .push((a.ended_at.unwrap_or(a.started_at), key));
+    for (_, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let (Some(pool), Some(key)) = (super::text(&c.pool_id, i), super::text(&c.key_id, i)) else {
+                continue;
+            };
+            pool_keys.entry(pool).or_default().insert(key);
+            if c.provider_code(i) == Some(ZAI_OVERLOAD) {
+                events.entry(pool).or_default().push((c.end(i), key));
+            }
         }
     }
     let window = i64::from(s.overload_window_s) * 1_000_000;
