@@ -80,12 +80,12 @@ struct Job<'a> {
     free: i64,
     paid: i64,
     tokens: i64,
-    /// (idem_key, artifact_id) of each attempt with an artifact.
-    artifacts: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Job<'a> {
-    fn close(self, weeks: &mut BTreeMap<i64, Week<'a>>, cache: &mut WeekCache) {
+    /// Adds the job to its week; `artifacts` holds (idem_key, artifact_id) of each of its
+    /// attempts with an artifact (a buffer the walk reuses from job to job).
+    fn close(self, artifacts: &[(&'a str, &'a str)], weeks: &mut BTreeMap<i64, Week<'a>>, cache: &mut WeekCache) {
         let w = cache.week(self.first_start);
         let week = weeks.entry(w.start).or_insert_with(|| Week {
             label: w.label.clone(),
@@ -96,10 +96,11 @@ impl<'a> Job<'a> {
         week.paid += self.paid;
         week.tokens += self.tokens;
         week.cross_lane += i64::from(self.free > 0 && self.paid > 0);
-        let mut distinct: Vec<&str> = Vec::with_capacity(self.artifacts.len());
-        for (key, artifact) in self.artifacts {
-            if !distinct.contains(&artifact) {
-                distinct.push(artifact);
+        let mut distinct = 0;
+        for (i, &(key, artifact)) in artifacts.iter().enumerate() {
+            // A job has a few attempts: a look back is cheaper than a set.
+            if !artifacts[..i].iter().any(|&(_, a)| a == artifact) {
+                distinct += 1;
             }
             let k = week.keys.entry(key).or_insert(KeyArtifacts {
                 first: artifact,
@@ -109,7 +110,7 @@ impl<'a> Job<'a> {
                 k.more.push(artifact);
             }
         }
-        week.artifacts += distinct.len() as i64;
+        week.artifacts += distinct;
     }
 }
 
@@ -131,6 +132,7 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let mut weeks: BTreeMap<i64, Week<'_>> = BTreeMap::new();
     let mut cache = WeekCache::default();
     let mut job: Option<Job<'_>> = None;
+    let mut artifacts: Vec<(&str, &str)> = Vec::new();
     for batch in attempts {
         let column = |name: &str| job_attempt::column(batch, name);
         let job_id = column("job_id")?.as_string::<i32>();
@@ -146,7 +148,8 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
                 Some(j) if j.job_id == id => j,
                 _ => {
                     if let Some(done) = job.take() {
-                        done.close(&mut weeks, &mut cache);
+                        done.close(&artifacts, &mut weeks, &mut cache);
+                        artifacts.clear();
                     }
                     job.insert(Job {
                         job_id: id,
@@ -163,12 +166,12 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
             }
             j.tokens += tokens_in.value(i) + tokens_out.value(i);
             if artifact_id.is_valid(i) {
-                j.artifacts.push((idem_key.value(i), artifact_id.value(i)));
+                artifacts.push((idem_key.value(i), artifact_id.value(i)));
             }
         }
     }
     if let Some(done) = job.take() {
-        done.close(&mut weeks, &mut cache);
+        done.close(&artifacts, &mut weeks, &mut cache);
     }
     let n = weeks.len();
     let mut iso_week = StringBuilder::with_capacity(n, n * 8);
