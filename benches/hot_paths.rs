@@ -400,8 +400,7 @@ fn main() {
         // The weekly review of the drill's busiest ISO week (review + audit sections + document).
         let week = "2026-W46";
         let review_once = move |s: Session| async move {
-            let review = s.review(Some(week), &s.thresholds()).await.unwrap();
-            let sections = s.audit_sections(&review.week.iso_week).await.unwrap();
+            let (review, sections) = s.review_with_sections(Some(week), &s.thresholds()).await.unwrap();
             let doc = laneledger_query::review_document(&review, &sections);
             (review, sections, doc)
         };
