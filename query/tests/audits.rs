@@ -414,8 +414,9 @@ fn sorted_lines(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<String
 /// week), and a week without jobs has none.
 #[tokio::test]
 async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
+    use laneledger_query::audits;
     let (_d, ledger) = common::ledger_from_drill(20_000, laneledger_store::drill::Policy::NoPin, 5);
-    let s = Session::new(ledger).await.unwrap();
+    let s = Session::new(ledger.clone()).await.unwrap();
     // (table, rows in 2026-W45, rows in 2026-W46): the whole table's counts, split by week.
     let expected = [
         ("lane_policy_violation", 1511, 1412),
@@ -443,6 +444,16 @@ async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
             counts.push(one.num_rows());
         }
         assert_eq!(counts[2], 0, "{table}: no job starts in 2026-W47");
+        // The filter reaches the table (built for that week), not only a filter over every row.
+        let plan = s
+            .query(&format!("EXPLAIN SELECT * FROM {table} WHERE iso_week = '2026-W46'"))
+            .await
+            .unwrap();
+        let plan = sorted_lines(&plan.batches).concat();
+        assert!(
+            plan.contains(&format!(r#"partial_filters=[{table}.iso_week = Utf8("2026-W46")]"#)),
+            "{table}: {plan}"
+        );
         assert_eq!(
             counts[0] + counts[1],
             whole.num_rows(),
@@ -451,6 +462,20 @@ async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
         got.push((table, counts[0], counts[1]));
     }
     assert_eq!(got, expected);
+
+    // Built for one week, each audit holds only that week's rows: as many as the whole table has
+    // in the week, every one labelled with it.
+    let attempts = laneledger_query::job_attempt::scan_columns(&ledger, &audits::COLUMNS).unwrap();
+    let snap = audits::Snapshot::new(&attempts).unwrap();
+    let settings = audits::AuditSettings::default();
+    for ((table, w45, w46), (name, _, build)) in expected.into_iter().zip(audits::audit_tables()) {
+        assert_eq!(table, name);
+        for (week, rows) in [("2026-W45", w45), ("2026-W46", w46), ("2026-W47", 0)] {
+            let batch = build(&snap, &settings, Some(week)).unwrap();
+            assert_eq!(batch.num_rows(), rows, "{table} {week}");
+            assert_eq!(lines_in_week(&[batch], week).len(), rows, "{table} {week}");
+        }
+    }
 }
 
 /// A key refused in the last second of 2026-W47 and used again by a job of 2026-W48 inside its
