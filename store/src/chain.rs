@@ -6,7 +6,9 @@
 //! completion of a row, a conflict, a reject, a gate decision, a decision conflict, a retention
 //! sweep, a week snapshot and a checkpoint each append one entry. The entry at position `n` is
 //! stored as its postcard encoding followed by the SHA-256 of that encoding; the first entry links
-//! to 32 zero bytes.
+//! to 32 zero bytes. Entries are stored in blocks ([`CHAIN_BLOCK`]): each write transaction
+//! stores its entries as one block of consecutive positions, keyed by the first, so a batch of
+//! 10,000 attempts costs one B-tree insert for its chain, not 10,000.
 //!
 //! A retention sweep (SPEC 6) removes old records *and* their chain entries. Where it removes a run
 //! of consecutive entries `first..=last` it leaves a [`Checkpoint`]: the hash the run linked to and
@@ -21,15 +23,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable, Table, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, decode, encode};
 use crate::tables::{
-    ATTEMPT, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT, INGEST_REJECT,
-    RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_V2, COUNTER,
+    DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::format_timestamp;
 
@@ -41,6 +43,61 @@ pub const GENESIS: Hash = [0; 32];
 
 /// The `counter` row holding how many chain positions have been used (the last entry's `n`).
 pub(crate) const CHAIN_ENTRIES: &str = "chain_entries";
+
+/// The most entries one stored block holds (about 470 KiB of attempt entries); a write
+/// transaction with more stores several blocks.
+pub const BLOCK_ENTRIES: usize = 4096;
+
+/// Appends one entry's stored bytes to `block`, framed by its length (LEB128).
+fn push_frame(block: &mut Vec<u8>, entry: &[u8]) {
+    let mut len = entry.len();
+    while len >= 0x80 {
+        block.push((len as u8) | 0x80);
+        len >>= 7;
+    }
+    block.push(len as u8);
+    block.extend_from_slice(entry);
+}
+
+/// The stored bytes of each entry of a block, in position order (the block's key is the first
+/// entry's position). Errors: the text of a bad frame (a length past the block's end).
+pub fn split_block(block: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < block.len() {
+        let (mut len, mut shift) = (0usize, 0u32);
+        loop {
+            let Some(&b) = block.get(at) else {
+                return Err(format!("frame {} has a cut length", out.len() + 1));
+            };
+            at += 1;
+            if shift > 28 {
+                return Err(format!("frame {} has a length over 32 bits", out.len() + 1));
+            }
+            len |= ((b & 0x7f) as usize) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        let Some(entry) = block.get(at..at + len) else {
+            return Err(format!("frame {} runs {len} bytes past the block's end", out.len() + 1));
+        };
+        out.push(entry);
+        at += len;
+    }
+    Ok(out)
+}
+
+/// One block holding `entries` (stored entry bytes) at consecutive positions: the inverse of
+/// [`split_block`].
+pub fn join_block<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut block = Vec::new();
+    for e in entries {
+        push_frame(&mut block, e);
+    }
+    block
+}
 
 /// SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> Hash {
@@ -198,21 +255,40 @@ pub enum CheckpointRecord {
     V1(Checkpoint),
 }
 
-/// Appends entries to the chain inside one write transaction.
+/// An entry a sweep keeps in a block it cuts: its position and stored bytes.
+type Kept = (u64, Vec<u8>);
+
+/// Appends entries to the chain inside one write transaction, as blocks of consecutive positions.
+///
+/// Entries are held until [`ChainWriter::finish`] (or a full block) stores them: every writer must
+/// be finished before its transaction commits, and `finish` returns the `chain_entries` counter's
+/// new value, which every writer stores.
 pub(crate) struct ChainWriter<'txn> {
     table: Table<'txn, u64, &'static [u8]>,
     next: u64,
     tip: Hash,
     body: Vec<u8>,
+    /// The block being built: its frames, the position of its first entry and its entry count.
+    block: Vec<u8>,
+    block_first: u64,
+    block_len: usize,
 }
 
 impl<'txn> ChainWriter<'txn> {
     /// Opens the chain in `txn`; `counted` is the `chain_entries` counter, so that a tail removed
     /// behind the ledger's back leaves a gap that `verify` names instead of being reused.
     pub(crate) fn open(txn: &'txn WriteTransaction, counted: u64) -> Result<Self> {
-        let table = txn.open_table(CHAIN)?;
+        let table = txn.open_table(CHAIN_BLOCK)?;
         let (last, tip) = match table.last()? {
-            Some((k, v)) => (k.value(), decode_entry(v.value()).map(|(_, h, _)| h).unwrap_or(GENESIS)),
+            Some((k, v)) => match split_block(v.value()) {
+                Ok(frames) if !frames.is_empty() => (
+                    k.value() + frames.len() as u64 - 1,
+                    decode_entry(frames[frames.len() - 1])
+                        .map(|(_, h, _)| h)
+                        .unwrap_or(GENESIS),
+                ),
+                _ => (k.value(), GENESIS),
+            },
             None => (0, GENESIS),
         };
         Ok(ChainWriter {
@@ -220,6 +296,9 @@ impl<'txn> ChainWriter<'txn> {
             next: last.max(counted) + 1,
             tip,
             body: Vec::with_capacity(128),
+            block: Vec::new(),
+            block_first: 0,
+            block_len: 0,
         })
     }
 
@@ -237,56 +316,93 @@ impl<'txn> ChainWriter<'txn> {
             .expect("chain entries always encode");
         let hash = sha256(&body);
         body.extend_from_slice(&hash);
-        self.table.insert(self.next, body.as_slice())?;
+        if self.block_len == 0 {
+            self.block_first = self.next;
+        }
+        push_frame(&mut self.block, &body);
+        self.block_len += 1;
         self.body = body;
         self.tip = hash;
         self.next += 1;
+        if self.block_len == BLOCK_ENTRIES {
+            self.flush()?;
+        }
         Ok(())
     }
 
-    /// Positions used so far (the value for the `chain_entries` counter).
-    pub(crate) fn count(&self) -> u64 {
-        self.next - 1
+    /// Stores the block being built, if it holds any entry.
+    fn flush(&mut self) -> Result<()> {
+        if self.block_len > 0 {
+            self.table.insert(self.block_first, self.block.as_slice())?;
+            self.block.clear();
+            self.block_len = 0;
+        }
+        Ok(())
+    }
+
+    /// Stores the entries still held and returns the positions used so far (the value for the
+    /// `chain_entries` counter).
+    pub(crate) fn finish(mut self) -> Result<u64> {
+        self.flush()?;
+        Ok(self.next - 1)
     }
 
     /// Removes every entry about a record for which `removed` is true, run of consecutive
     /// positions by run, after checking each run's hashes and links, and returns a checkpoint per
-    /// run (not yet stored). Errors: [`Error::ChainBroken`] when a run does not check.
+    /// run (not yet stored). A block that loses entries is stored again as the blocks of the
+    /// entries it keeps. Errors: [`Error::ChainBroken`] when a run does not check.
     pub(crate) fn remove_records(
         &mut self,
         removed: impl Fn(&RecordKey) -> bool,
         sweep_no: u64,
     ) -> Result<Vec<Checkpoint>> {
+        self.flush()?;
         let mut runs: Vec<Vec<(u64, ChainEntry, Hash)>> = Vec::new();
+        // The blocks that lose entries: (key, the entries they keep).
+        let mut touched: Vec<(u64, Vec<Kept>)> = Vec::new();
         let mut open = false;
         for row in self.table.iter()? {
             let (k, v) = row?;
-            let n = k.value();
-            let (entry, hash, ok) =
-                decode_entry(v.value()).map_err(|reason| Error::ChainBroken { position: n, reason })?;
-            if !removed(&entry.key) {
-                open = false;
-                continue;
-            }
-            if !ok {
-                return Err(Error::ChainBroken {
-                    position: n,
-                    reason: "entry hash does not match its contents".into(),
-                });
-            }
-            match runs.last_mut() {
-                Some(run) if open && run.last().is_some_and(|(m, _, h)| *m + 1 == n && entry.prev == *h) => {
-                    run.push((n, entry, hash))
+            let first = k.value();
+            let frames = split_block(v.value()).map_err(|reason| Error::ChainBroken {
+                position: first,
+                reason,
+            })?;
+            let mut kept = Vec::new();
+            let mut lost = false;
+            for (i, frame) in frames.into_iter().enumerate() {
+                let n = first + i as u64;
+                let (entry, hash, ok) =
+                    decode_entry(frame).map_err(|reason| Error::ChainBroken { position: n, reason })?;
+                if !removed(&entry.key) {
+                    open = false;
+                    kept.push((n, frame.to_vec()));
+                    continue;
                 }
-                Some(run) if open && run.last().is_some_and(|(m, _, _)| *m + 1 == n) => {
+                lost = true;
+                if !ok {
                     return Err(Error::ChainBroken {
                         position: n,
-                        reason: "entry does not link to the one before it".into(),
+                        reason: "entry hash does not match its contents".into(),
                     });
                 }
-                _ => runs.push(vec![(n, entry, hash)]),
+                match runs.last_mut() {
+                    Some(run) if open && run.last().is_some_and(|(m, _, h)| *m + 1 == n && entry.prev == *h) => {
+                        run.push((n, entry, hash))
+                    }
+                    Some(run) if open && run.last().is_some_and(|(m, _, _)| *m + 1 == n) => {
+                        return Err(Error::ChainBroken {
+                            position: n,
+                            reason: "entry does not link to the one before it".into(),
+                        });
+                    }
+                    _ => runs.push(vec![(n, entry, hash)]),
+                }
+                open = true;
             }
-            open = true;
+            if lost {
+                touched.push((first, kept));
+            }
         }
         let mut checkpoints = Vec::with_capacity(runs.len());
         for run in runs {
@@ -299,11 +415,30 @@ impl<'txn> ChainWriter<'txn> {
                 after: *after,
                 sweep_no,
             });
-            for (n, _, _) in &run {
-                self.table.remove(*n)?;
+        }
+        for (first, kept) in touched {
+            self.table.remove(first)?;
+            // The kept entries, cut where a removed run left a gap, each piece a block.
+            let mut piece: Vec<Kept> = Vec::new();
+            for (n, bytes) in kept {
+                if piece.last().is_some_and(|(m, _)| *m + 1 != n) {
+                    self.store_piece(&piece)?;
+                    piece.clear();
+                }
+                piece.push((n, bytes));
             }
+            self.store_piece(&piece)?;
         }
         Ok(checkpoints)
+    }
+
+    /// Stores entries at consecutive positions as one block keyed by the first (nothing for none).
+    fn store_piece(&mut self, piece: &[Kept]) -> Result<()> {
+        if let Some((first, _)) = piece.first() {
+            let block = join_block(piece.iter().map(|(_, b)| b.as_slice()));
+            self.table.insert(*first, block.as_slice())?;
+        }
+        Ok(())
     }
 }
 
@@ -475,29 +610,42 @@ impl Ledger {
     /// Errors: storage errors only; what is wrong with the ledger is in the report.
     pub fn verify(&self) -> Result<VerifyReport> {
         let txn = self.database().begin_read()?;
-        let chain = txn.open_table(CHAIN)?;
+        let chain = txn.open_table(CHAIN_BLOCK)?;
         let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
-        // Every entry, decoded once; the checkpoints the walk may rely on are those whose stored
-        // bytes match their own (intact) chain entry: a changed checkpoint is named first.
-        let mut rows: Vec<(u64, DecodedEntry)> = Vec::with_capacity(chain.len()? as usize);
+        // Every entry, decoded once, at its position (block key + index in the block); a block
+        // whose framing is broken is one unreadable entry at its key. The checkpoints the walk may
+        // rely on are those whose stored bytes match their own (intact) chain entry: a changed
+        // checkpoint is named first.
+        let mut rows: Vec<(u64, DecodedEntry)> = Vec::with_capacity(counted as usize);
         let mut checkpoint_hashes: HashMap<u64, (Hash, u64)> = HashMap::new();
-        for row in chain.iter()? {
-            let (k, v) = row?;
-            let decoded = decode_entry(v.value());
-            if let Ok((
-                ChainEntry {
-                    key: RecordKey::Checkpoint(first),
-                    record,
-                    n,
-                    ..
-                },
-                _,
-                true,
-            )) = &decoded
-            {
-                checkpoint_hashes.insert(*first, (*record, *n));
+        for block in chain.iter()? {
+            let (k, v) = block?;
+            let first = k.value();
+            let frames = match split_block(v.value()) {
+                Ok(frames) => frames,
+                Err(reason) => {
+                    rows.push((first, Err(reason)));
+                    continue;
+                }
+            };
+            for (i, frame) in frames.into_iter().enumerate() {
+                let n_at = first + i as u64;
+                let decoded = decode_entry(frame);
+                if let Ok((
+                    ChainEntry {
+                        key: RecordKey::Checkpoint(first),
+                        record,
+                        n,
+                        ..
+                    },
+                    _,
+                    true,
+                )) = &decoded
+                {
+                    checkpoint_hashes.insert(*first, (*record, *n));
+                }
+                rows.push((n_at, decoded));
             }
-            rows.push((k.value(), decoded));
         }
         let mut checkpoints = BTreeMap::new();
         let mut bad_checkpoints = Vec::new();
@@ -546,7 +694,7 @@ impl Ledger {
             }),
             problems: 1,
         };
-        let mut expected: HashMap<RecordKey, (Hash, u64)> = HashMap::with_capacity(chain.len()? as usize);
+        let mut expected: HashMap<RecordKey, (Hash, u64)> = HashMap::with_capacity(rows.len());
         let (mut next, mut prev, mut crossed, mut entries) = (1u64, GENESIS, 0u64, 0u64);
         // Crosses checkpoints from `next` until position `upto`; false when a gap has none.
         let cross = |next: &mut u64, prev: &mut Hash, crossed: &mut u64, upto: u64| -> bool {
@@ -573,7 +721,8 @@ impl Ledger {
             if !ok {
                 return Ok(chain_bad(n, Problem::EntryChanged));
             }
-            if entry.n != n {
+            // A position met twice (overlapping blocks) is an entry stored where another is.
+            if entry.n != n || n < next {
                 return Ok(chain_bad(n, Problem::EntryMoved));
             }
             if entry.prev != prev {
@@ -706,16 +855,23 @@ impl Ledger {
     /// Every chain entry with its position, oldest first (for audits and tests).
     pub fn chain_entries(&self) -> Result<Vec<ChainEntry>> {
         let txn = self.database().begin_read()?;
-        let t = txn.open_table(CHAIN)?;
+        let t = txn.open_table(CHAIN_BLOCK)?;
         let mut out = Vec::new();
         for row in t.iter()? {
             let (k, v) = row?;
-            let (entry, _, _) = decode_entry(v.value()).map_err(|reason| Error::Corrupt {
+            let corrupt = |n: u64, reason| Error::Corrupt {
                 table: "chain",
-                key: k.value().to_string(),
+                key: n.to_string(),
                 reason,
-            })?;
-            out.push(entry);
+            };
+            for (i, frame) in split_block(v.value())
+                .map_err(|r| corrupt(k.value(), r))?
+                .into_iter()
+                .enumerate()
+            {
+                let (entry, _, _) = decode_entry(frame).map_err(|r| corrupt(k.value() + i as u64, r))?;
+                out.push(entry);
+            }
         }
         Ok(out)
     }
@@ -798,5 +954,50 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
             chain.append(EntryKind::Insert, RecordKey::DecisionConflict(k.value()), v.value())?;
         }
     }
-    Ok(chain.count())
+    chain.finish()
+}
+
+/// Moves a format-version-2 ledger to version 3 inside `txn`: the chain's one row per entry
+/// becomes blocks of up to [`BLOCK_ENTRIES`] consecutive positions (a gap a sweep left starts a
+/// new block), and the idem_key multimap becomes [`ATTEMPT_IDEM`]. Entry bytes are copied as they
+/// are, so every hash, and the tip, stay the same. Both old tables are deleted.
+pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
+    {
+        let old = txn.open_table(CHAIN_V2)?;
+        let mut blocks = txn.open_table(CHAIN_BLOCK)?;
+        let (mut block, mut first, mut len, mut last) = (Vec::new(), 0u64, 0usize, 0u64);
+        for row in old.iter()? {
+            let (k, v) = row?;
+            let n = k.value();
+            if len > 0 && (n != last + 1 || len == BLOCK_ENTRIES) {
+                blocks.insert(first, block.as_slice())?;
+                block.clear();
+                len = 0;
+            }
+            if len == 0 {
+                first = n;
+            }
+            push_frame(&mut block, v.value());
+            len += 1;
+            last = n;
+        }
+        if len > 0 {
+            blocks.insert(first, block.as_slice())?;
+        }
+    }
+    txn.delete_table(CHAIN_V2)?;
+    {
+        let old = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+        let mut idem = txn.open_table(ATTEMPT_IDEM)?;
+        for row in old.iter()? {
+            let (k, values) = row?;
+            for v in values {
+                let v = v?;
+                let (job_id, attempt_no) = v.value();
+                idem.insert((k.value(), job_id, attempt_no), ())?;
+            }
+        }
+    }
+    txn.delete_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+    Ok(())
 }

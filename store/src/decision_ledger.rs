@@ -140,7 +140,7 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
-            counter.insert(CHAIN_ENTRIES, chain.count())?;
+            counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
             counter.insert(NEXT_DECISION_SEQ, next_seq)?;
             counter.insert(NEXT_DECISION_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;

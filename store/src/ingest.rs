@@ -5,7 +5,7 @@ use std::io::BufRead;
 
 use crate::decision::{Decision, DecisionDecoder, IncomingDecision};
 use crate::error::{Error, Result};
-use crate::ledger::{Counters, Incoming, Ledger, WriteResult};
+use crate::ledger::{Counters, Incoming, Ledger, Prepared, WriteResult};
 use crate::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 use crate::record::{Attempt, Reject};
 use crate::time::format_timestamp;
@@ -47,26 +47,27 @@ trait Kind {
 struct Attempts;
 impl Kind for Attempts {
     type Decoder = AttemptDecoder;
-    type Incoming = Incoming;
-    fn incoming(source: &str, line: u64, raw: String, attempt: Attempt) -> Incoming {
-        Incoming::Attempt {
+    // Encoded on the parsing thread, so the writing thread does less.
+    type Incoming = Prepared;
+    fn incoming(source: &str, line: u64, raw: String, attempt: Attempt) -> Prepared {
+        Prepared::new(Incoming::Attempt {
             source: source.to_string(),
             line,
             raw,
             attempt,
-        }
+        })
     }
-    fn reject(r: Reject) -> Incoming {
-        Incoming::Reject(r)
+    fn reject(r: Reject) -> Prepared {
+        Prepared::new(Incoming::Reject(r))
     }
-    fn identity(i: &Incoming) -> Option<String> {
-        match i {
+    fn identity(i: &Prepared) -> Option<String> {
+        match i.incoming() {
             Incoming::Attempt { attempt, .. } => Some(format!("job {} attempt {}", attempt.job_id, attempt.attempt_no)),
             Incoming::Reject(_) => None,
         }
     }
-    fn write(ledger: &Ledger, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
-        ledger.write_batch(batch)
+    fn write(ledger: &Ledger, batch: Vec<Prepared>) -> Result<Vec<WriteResult>> {
+        ledger.write_prepared(batch)
     }
 }
 
@@ -192,9 +193,11 @@ fn ingest<K: Kind, R: BufRead>(
             let last = done || input_error.is_some();
             if pending.len() >= batch || (last && !pending.is_empty()) {
                 let names: Vec<Option<String>> = pending.iter().map(K::identity).collect();
+                // The next batch starts at full capacity: `take` would leave an empty Vec to grow
+                // (and move every record again) by doubling.
                 let b = (
-                    std::mem::take(&mut pending),
-                    std::mem::take(&mut lines),
+                    std::mem::replace(&mut pending, Vec::with_capacity(batch)),
+                    std::mem::replace(&mut lines, Vec::with_capacity(batch)),
                     names,
                     records.bytes_read(),
                 );

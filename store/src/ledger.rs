@@ -19,7 +19,7 @@ use crate::record::{
     StoredAttemptRef,
 };
 use crate::tables::{
-    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT,
+    ATTEMPT, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT,
     FORMAT_VERSION, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
@@ -128,8 +128,46 @@ const NEXT_SEQ: &str = "next_attempt_seq";
 const NEXT_CONFLICT: &str = "next_conflict";
 pub(crate) const NEXT_REJECT: &str = "next_reject";
 
+/// A record offered to [`Ledger::write_prepared`]: an [`Incoming`] and, for an attempt, the first
+/// bytes of its stored value (the format version tag and the attempt), made on any thread.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    incoming: Incoming,
+    encoded: Vec<u8>,
+}
+
+impl Prepared {
+    /// Encodes `incoming`'s attempt (nothing for a reject).
+    pub fn new(incoming: Incoming) -> Self {
+        let encoded = match &incoming {
+            // `AttemptRecord::V1` is postcard variant 0, then `StoredAttempt`'s fields in order:
+            // the attempt, `seq`, `ingested_at` (see `finish_attempt`).
+            Incoming::Attempt { attempt, .. } => postcard::to_extend(attempt, {
+                let mut v = Vec::with_capacity(256);
+                v.push(0);
+                v
+            })
+            .expect("attempts always encode"),
+            Incoming::Reject(_) => Vec::new(),
+        };
+        Prepared { incoming, encoded }
+    }
+
+    /// The record offered.
+    pub fn incoming(&self) -> &Incoming {
+        &self.incoming
+    }
+}
+
+/// The stored value of a new attempt row from its [`Prepared`] bytes: the same bytes as
+/// `encode(&AttemptRecord::V1(StoredAttempt { attempt, seq, ingested_at }))`.
+fn finish_attempt(prefix: Vec<u8>, seq: u64, ingested_at: i64) -> Vec<u8> {
+    postcard::to_extend(&(seq, ingested_at), prefix).expect("integers always encode")
+}
+
 pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    postcard::to_allocvec(v).expect("ledger records always encode")
+    // An attempt is about 130 bytes: starting at 256 spares the Vec its growing reallocations.
+    postcard::to_extend(v, Vec::with_capacity(256)).expect("ledger records always encode")
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, key: impl std::fmt::Debug, bytes: &[u8]) -> Result<T> {
@@ -215,8 +253,10 @@ impl std::fmt::Debug for Ledger {
 impl Ledger {
     /// Opens the ledger at `path`, creating it (and its tables) when it does not exist.
     ///
-    /// A format-version-1 file (before the hash chain) is migrated in the same transaction: its
-    /// records are chained in table order ([`crate::chain`]) and its version becomes 2.
+    /// An older file is migrated in the same transaction: a format-version-1 file (before the
+    /// hash chain) has its records chained in table order ([`crate::chain`]); a version-2 file has
+    /// its chain stored again in blocks and its idem_key index as a plain table (entry bytes and
+    /// hashes unchanged); either becomes version 3.
     ///
     /// Errors: [`Error::AlreadyOpen`] when another process holds the file, [`Error::FormatVersion`]
     /// when a newer laneledger wrote it, [`Error::Storage`] for anything redb reports.
@@ -232,13 +272,13 @@ impl Ledger {
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value());
             txn.open_table(ATTEMPT)?;
-            txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            txn.open_table(ATTEMPT_IDEM)?;
             txn.open_table(ATTEMPT_CONFLICT)?;
             txn.open_table(INGEST_REJECT)?;
             txn.open_table(COUNTER)?;
             txn.open_table(DECISION)?;
             txn.open_table(DECISION_CONFLICT)?;
-            txn.open_table(CHAIN)?;
+            txn.open_table(CHAIN_BLOCK)?;
             txn.open_table(CHAIN_CHECKPOINT)?;
             txn.open_table(RETENTION_SWEEP)?;
             txn.open_table(WEEK_SNAPSHOT)?;
@@ -251,9 +291,12 @@ impl Ledger {
                         supported: FORMAT_VERSION,
                     });
                 }
-                Some(v) if v < 2 => {
-                    let chained = crate::chain::migrate_v1(&txn)?;
-                    txn.open_table(COUNTER)?.insert(CHAIN_ENTRIES, chained)?;
+                Some(v) if v < FORMAT_VERSION => {
+                    if v < 2 {
+                        let chained = crate::chain::migrate_v1(&txn)?;
+                        txn.open_table(COUNTER)?.insert(CHAIN_ENTRIES, chained)?;
+                    }
+                    crate::chain::migrate_v2(&txn)?;
                     meta.insert("format_version", FORMAT_VERSION)?;
                 }
                 Some(_) => {}
@@ -298,12 +341,19 @@ impl Ledger {
     /// Returns one [`WriteResult`] per record, in order. When this returns `Ok`, the batch is
     /// durable; on `Err` nothing of the batch was written.
     pub fn write_batch(&self, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
+        self.write_prepared(batch.into_iter().map(Prepared::new).collect())
+    }
+
+    /// [`Ledger::write_batch`] for records whose attempts were encoded beforehand, on another
+    /// thread ([`Prepared::new`]): what file ingest does, so that the writing thread only appends
+    /// `seq` and `ingested_at` to a new row's bytes.
+    pub fn write_prepared(&self, batch: Vec<Prepared>) -> Result<Vec<WriteResult>> {
         let now = now_micros();
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         {
             let mut attempts = txn.open_table(ATTEMPT)?;
-            let mut by_idem = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            let mut by_idem = txn.open_table(ATTEMPT_IDEM)?;
             let mut conflicts = txn.open_table(ATTEMPT_CONFLICT)?;
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
@@ -314,8 +364,8 @@ impl Ledger {
             let mut next_reject = get(NEXT_REJECT)?;
             let mut totals = Counters::default();
 
-            for item in batch {
-                let result = match item {
+            for Prepared { incoming, encoded } in batch {
+                let result = match incoming {
                     Incoming::Reject(reject) => {
                         next_reject += 1;
                         let r = WriteResult::Rejected {
@@ -341,16 +391,10 @@ impl Ledger {
                         match held {
                             None => {
                                 next_seq += 1;
-                                let stored = StoredAttempt {
-                                    attempt,
-                                    seq: next_seq,
-                                    ingested_at: now,
-                                };
-                                let record = AttemptRecord::V1(stored);
-                                let value = encode(&record);
-                                let AttemptRecord::V1(StoredAttempt { attempt: a, .. }) = record;
+                                let value = finish_attempt(encoded, next_seq, now);
+                                let a = attempt;
                                 attempts.insert((a.job_id.as_str(), a.attempt_no), value.as_slice())?;
-                                by_idem.insert(a.idem_key.as_str(), (a.job_id.as_str(), a.attempt_no))?;
+                                by_idem.insert((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no), ())?;
                                 let key = RecordKey::Attempt {
                                     job_id: a.job_id,
                                     attempt_no: a.attempt_no,
@@ -399,7 +443,7 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
-            counter.insert(CHAIN_ENTRIES, chain.count())?;
+            counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
             counter.insert(NEXT_SEQ, next_seq)?;
             counter.insert(NEXT_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;
@@ -530,12 +574,15 @@ impl Ledger {
     /// Every attempt that carries `idem_key`, in (job_id, attempt_no) order: an index read.
     pub fn attempts_by_idem_key(&self, idem_key: &str) -> Result<Vec<StoredAttempt>> {
         let txn = self.db.begin_read()?;
-        let idx = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+        let idx = txn.open_table(ATTEMPT_IDEM)?;
         let t = txn.open_table(ATTEMPT)?;
         let mut out = Vec::new();
-        for id in idx.get(idem_key)? {
-            let id = id?;
-            let (job, no) = id.value();
+        for id in idx.range((idem_key, "", 0u32)..)? {
+            let (id, _) = id?;
+            let (key, job, no) = id.value();
+            if key != idem_key {
+                break;
+            }
             if let Some(v) = t.get((job, no))? {
                 out.push(decode_attempt(v.value())?);
             }
@@ -569,5 +616,39 @@ impl Ledger {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::attempt_from_json;
+
+    /// A new row written from its [`Prepared`] bytes is byte for byte what encoding the whole
+    /// stored attempt gives: the chain's hashes and every reader depend on it.
+    #[test]
+    fn a_prepared_attempt_stores_the_same_bytes_as_the_whole_record_encoded() {
+        let lines = [
+            r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}"#,
+            r#"{"job_id":"job-ü","idem_key":"idem","attempt_no":2147483647,"lane":"paid","started_at":"2026-11-02T00:00:00.5+02:00","ended_at":"2026-11-02T00:01:00Z","outcome":"ok","tokens_in":500,"tokens_out":300,"artifact_id":"a","http_status":429,"provider_code":1305,"key_id":"k","pool_id":"p","model":"m","extra":{"x":[1,2]},"note":"n"}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            let attempt = attempt_from_json(line).unwrap();
+            let incoming = Incoming::Attempt {
+                source: "t".into(),
+                line: 1,
+                raw: line.to_string(),
+                attempt: attempt.clone(),
+            };
+            for (seq, at) in [(1u64, 0i64), (300 + i as u64, 1_793_836_800_123_456), (u64::MAX, -5)] {
+                let whole = encode(&AttemptRecord::V1(StoredAttempt {
+                    attempt: attempt.clone(),
+                    seq,
+                    ingested_at: at,
+                }));
+                let prepared = Prepared::new(incoming.clone());
+                assert_eq!(finish_attempt(prepared.encoded, seq, at), whole, "line {i} seq {seq}");
+            }
+        }
     }
 }

@@ -31,7 +31,7 @@ use crate::chain::{CHAIN_ENTRIES, ChainWriter, CheckpointRecord, EntryKind, Hash
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, decode, decode_attempt, encode};
 use crate::record::StoredAttempt;
-use crate::tables::{ATTEMPT, ATTEMPT_BY_IDEM_KEY, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
+use crate::tables::{ATTEMPT, ATTEMPT_IDEM, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
 
 /// Microseconds in a day.
 pub const DAY_MICROS: i64 = 86_400_000_000;
@@ -342,12 +342,12 @@ impl Ledger {
             if fresh.is_empty() {
                 return Ok(None);
             }
-            let mut by_idem = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+            let mut by_idem = txn.open_table(ATTEMPT_IDEM)?;
             let mut gone: HashSet<RecordKey> = HashSet::with_capacity(fresh.attempts.len());
             for s in &fresh.attempts {
                 let a = &s.attempt;
                 attempts.remove((a.job_id.as_str(), a.attempt_no))?;
-                by_idem.remove(a.idem_key.as_str(), (a.job_id.as_str(), a.attempt_no))?;
+                by_idem.remove((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no))?;
                 gone.insert(RecordKey::Attempt {
                     job_id: a.job_id.clone(),
                     attempt_no: a.attempt_no,
@@ -396,7 +396,7 @@ impl Ledger {
             let value = encode(&SweepRecordV::V1(record.clone()));
             sweeps.insert(sweep_no, value.as_slice())?;
             chain.append(EntryKind::Insert, RecordKey::RetentionSweep(sweep_no), &value)?;
-            counter.insert(CHAIN_ENTRIES, chain.count())?;
+            counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
         }
         txn.commit()?;
         self.bump_generation();

@@ -6,15 +6,23 @@
 use redb::{MultimapTableDefinition, TableDefinition};
 
 /// The newest on-disk format this build writes and reads. Version 2 added the hash chain
-/// ([`CHAIN`], [`CHAIN_CHECKPOINT`]), the retention tables and the verify log; a version 1 file is
-/// migrated when it is opened (its records are chained in table order, see [`crate::chain`]).
-pub const FORMAT_VERSION: u64 = 2;
+/// ([`CHAIN_V2`], [`CHAIN_CHECKPOINT`]), the retention tables and the verify log; a version 1 file
+/// is migrated when it is opened (its records are chained in table order, see [`crate::chain`]).
+/// Version 3 stores the chain's entries in blocks ([`CHAIN_BLOCK`], one B-tree insert per write
+/// transaction instead of one per record) and the idem_key index as a plain table
+/// ([`ATTEMPT_IDEM`]); a version 2 file is migrated when it is opened, entry bytes and hashes
+/// unchanged (so a tip hash kept before still matches).
+pub const FORMAT_VERSION: u64 = 3;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Attempts keyed by (job_id, attempt_no): the ledger's order, and the index for one job's attempts.
 pub const ATTEMPT: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt");
-/// idem_key → (job_id, attempt_no) of each attempt that carries it.
+/// The idem_key index: one key (idem_key, job_id, attempt_no) per attempt, no value; the attempts
+/// carrying one idem_key are a range of it. Format version 3.
+pub const ATTEMPT_IDEM: TableDefinition<(&str, &str, u32), ()> = TableDefinition::new("attempt_idem");
+/// The idem_key index of format version 2 (idem_key → (job_id, attempt_no)); read only to migrate
+/// it into [`ATTEMPT_IDEM`], then deleted.
 pub const ATTEMPT_BY_IDEM_KEY: MultimapTableDefinition<&str, (&str, u32)> =
     MultimapTableDefinition::new("attempt_by_idem_key");
 /// Conflicting records, in arrival order (key: arrival number from 1).
@@ -28,9 +36,14 @@ pub const COUNTER: TableDefinition<&str, u64> = TableDefinition::new("counter");
 pub const DECISION: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("decision");
 /// Conflicting decision records, in arrival order (key: arrival number from 1).
 pub const DECISION_CONFLICT: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_conflict");
-/// The hash chain (see [`crate::chain`]): entry position from 1 → the postcard-encoded
-/// [`crate::chain::ChainEntry`] followed by its SHA-256 (32 bytes).
-pub const CHAIN: TableDefinition<u64, &[u8]> = TableDefinition::new("chain");
+/// The hash chain (see [`crate::chain`]) in blocks: the position of a block's first entry → its
+/// entries at consecutive positions, each framed as a LEB128 length and the entry's stored bytes
+/// (the postcard-encoded [`crate::chain::ChainEntry`] followed by its SHA-256, 32 bytes). One
+/// block per write transaction, at most [`crate::chain::BLOCK_ENTRIES`] entries. Format version 3.
+pub const CHAIN_BLOCK: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_block");
+/// The hash chain of format version 2, one row per entry (position → stored entry bytes); read
+/// only to migrate it into [`CHAIN_BLOCK`], then deleted.
+pub const CHAIN_V2: TableDefinition<u64, &[u8]> = TableDefinition::new("chain");
 /// Checkpoints a retention sweep left where it removed a run of chain entries, keyed by the run's
 /// first position; never removed (see [`crate::chain::Checkpoint`]).
 pub const CHAIN_CHECKPOINT: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_checkpoint");

@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use laneledger_store::chain::{Problem, RecordKey};
+use laneledger_store::chain::{BLOCK_ENTRIES, Problem, RecordKey, join_block, split_block};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
 use laneledger_store::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::tables::{
-    ATTEMPT, ATTEMPT_CONFLICT, CHAIN, CHAIN_CHECKPOINT, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP,
-    WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_V2, DECISION,
+    DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
 
 const START: &str = "2026-09-01T00:00:00Z";
 
@@ -150,19 +150,48 @@ fn put(ledger: &Ledger, key: &RecordKey, value: Option<&[u8]>) {
     txn.commit().unwrap();
 }
 
-fn chain_get(ledger: &Ledger, n: u64) -> Vec<u8> {
+/// The block holding position `n`: (its key, its entries' stored bytes).
+fn block_of(ledger: &Ledger, n: u64) -> (u64, Vec<Vec<u8>>) {
     let txn = ledger.database().begin_read().unwrap();
-    let t = txn.open_table(CHAIN).unwrap();
-    t.get(n).unwrap().unwrap().value().to_vec()
+    let t = txn.open_table(CHAIN_BLOCK).unwrap();
+    let (k, v) = t.range(..=n).unwrap().next_back().unwrap().unwrap();
+    let frames = split_block(v.value())
+        .unwrap()
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    (k.value(), frames)
 }
 
+fn chain_get(ledger: &Ledger, n: u64) -> Vec<u8> {
+    let (first, frames) = block_of(ledger, n);
+    frames[(n - first) as usize].clone()
+}
+
+/// Replaces the entry stored at position `n`, or removes it (its block is cut in two around it).
 fn chain_put(ledger: &Ledger, n: u64, value: Option<&[u8]>) {
+    let (first, mut frames) = block_of(ledger, n);
+    let i = (n - first) as usize;
     let txn = ledger.database().begin_write().unwrap();
     {
-        let mut t = txn.open_table(CHAIN).unwrap();
+        let mut t = txn.open_table(CHAIN_BLOCK).unwrap();
         match value {
-            Some(v) => drop(t.insert(n, v).unwrap()),
-            None => drop(t.remove(n).unwrap()),
+            Some(v) => {
+                frames[i] = v.to_vec();
+                t.insert(first, join_block(frames.iter().map(Vec::as_slice)).as_slice())
+                    .unwrap();
+            }
+            None => {
+                t.remove(first).unwrap();
+                if i > 0 {
+                    t.insert(first, join_block(frames[..i].iter().map(Vec::as_slice)).as_slice())
+                        .unwrap();
+                }
+                if i + 1 < frames.len() {
+                    t.insert(n + 1, join_block(frames[i + 1..].iter().map(Vec::as_slice)).as_slice())
+                        .unwrap();
+                }
+            }
         }
     }
     txn.commit().unwrap();
@@ -363,7 +392,7 @@ fn a_format_1_ledger_is_chained_when_opened() {
         // A version 1 file: the same records, no chain.
         let l = build(&path);
         let txn = l.database().begin_write().unwrap();
-        txn.delete_table(CHAIN).unwrap();
+        txn.delete_table(CHAIN_BLOCK).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
         txn.open_table(COUNTER).unwrap().remove("chain_entries").unwrap();
         txn.commit().unwrap();
@@ -382,4 +411,146 @@ fn a_format_1_ledger_is_chained_when_opened() {
             .value(),
         laneledger_store::tables::FORMAT_VERSION
     );
+}
+
+/// Rewrites a format-version-3 ledger as version 2 wrote it: one chain row per entry, the
+/// idem_key index as a multimap.
+fn downgrade_to_v2(ledger: &Ledger) {
+    use laneledger_store::tables::META;
+    let txn = ledger.database().begin_write().unwrap();
+    {
+        let blocks = txn.open_table(CHAIN_BLOCK).unwrap();
+        let mut rows = txn.open_table(CHAIN_V2).unwrap();
+        for block in blocks.iter().unwrap() {
+            let (k, v) = block.unwrap();
+            for (i, frame) in split_block(v.value()).unwrap().into_iter().enumerate() {
+                rows.insert(k.value() + i as u64, frame).unwrap();
+            }
+        }
+        let idem = txn.open_table(ATTEMPT_IDEM).unwrap();
+        let mut multimap = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY).unwrap();
+        for row in idem.iter().unwrap() {
+            let (k, _) = row.unwrap();
+            let (idem_key, job_id, attempt_no) = k.value();
+            multimap.insert(idem_key, (job_id, attempt_no)).unwrap();
+        }
+    }
+    txn.delete_table(CHAIN_BLOCK).unwrap();
+    txn.delete_table(ATTEMPT_IDEM).unwrap();
+    txn.open_table(META).unwrap().insert("format_version", 2).unwrap();
+    txn.commit().unwrap();
+}
+
+/// Every idem_key the attempts carry, once each, in order.
+fn idem_keys(ledger: &Ledger) -> Vec<String> {
+    let txn = ledger.database().begin_read().unwrap();
+    let t = txn.open_table(ATTEMPT).unwrap();
+    let mut keys: Vec<String> = t
+        .iter()
+        .unwrap()
+        .map(|r| {
+            laneledger_store::ledger::decode_attempt(r.unwrap().1.value())
+                .unwrap()
+                .attempt
+                .idem_key
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+#[test]
+fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index() {
+    use laneledger_store::tables::{FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.redb");
+    let (entries, report, by_idem) = {
+        // Swept, so that the chain has gaps where blocks must be cut.
+        let l = build(&path);
+        sweep(&l);
+        let report = l.verify().unwrap();
+        assert!(report.is_clean() && report.checkpoints > 0, "{report:?}");
+        let by_idem: Vec<_> = idem_keys(&l)
+            .iter()
+            .map(|k| (k.clone(), l.attempts_by_idem_key(k).unwrap()))
+            .collect();
+        (l.chain_entries().unwrap(), report, by_idem)
+    };
+    assert!(entries.len() > 100);
+    assert!(by_idem.len() > 50 && by_idem.iter().all(|(_, a)| !a.is_empty()));
+    assert!(
+        by_idem.iter().any(|(_, a)| a.len() > 1),
+        "some idem keys carry several attempts"
+    );
+    downgrade_to_v2(&Ledger::open(&path).unwrap());
+
+    let l = Ledger::open(&path).unwrap();
+    let txn = l.database().begin_read().unwrap();
+    assert_eq!(
+        txn.open_table(META)
+            .unwrap()
+            .get("format_version")
+            .unwrap()
+            .unwrap()
+            .value(),
+        FORMAT_VERSION
+    );
+    let tables: Vec<String> = txn
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_string())
+        .collect();
+    assert!(!tables.contains(&"chain".to_string()), "{tables:?}");
+    assert_eq!(txn.list_multimap_tables().unwrap().count(), 0);
+    drop(txn);
+    assert_eq!(l.chain_entries().unwrap(), entries);
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (
+            after.tip,
+            after.entries,
+            after.records,
+            after.checkpoints,
+            after.first_bad
+        ),
+        (report.tip, report.entries, report.records, report.checkpoints, None)
+    );
+    let again: Vec<_> = by_idem
+        .iter()
+        .map(|(k, _)| (k.clone(), l.attempts_by_idem_key(k).unwrap()))
+        .collect();
+    assert_eq!(again, by_idem);
+    assert!(l.attempts_by_idem_key("no such key").unwrap().is_empty());
+}
+
+#[test]
+fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_4096() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Ledger::open(dir.path().join("l.redb")).unwrap();
+    let lines: String = (0..10_000)
+        .map(|i| {
+            format!(
+                r#"{{"job_id":"j{i:05}","idem_key":"k{i:05}","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}}"#
+            ) + "\n"
+        })
+        .collect();
+    ingest_reader(&l, "a.ndjson", lines.as_bytes(), InputFormat::Ndjson, 10_000, |_| {}).unwrap();
+    let txn = l.database().begin_read().unwrap();
+    let t = txn.open_table(CHAIN_BLOCK).unwrap();
+    let blocks: Vec<(u64, usize)> = t
+        .iter()
+        .unwrap()
+        .map(|r| {
+            let (k, v) = r.unwrap();
+            (k.value(), split_block(v.value()).unwrap().len())
+        })
+        .collect();
+    assert_eq!(BLOCK_ENTRIES, 4096);
+    assert_eq!(blocks, vec![(1, 4096), (4097, 4096), (8193, 1808)]);
+    drop((t, txn));
+    let r = l.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.first_bad);
+    assert_eq!((r.entries, r.records), (10_000, 10_000));
+    assert_eq!(l.attempts_by_idem_key("k00042").unwrap()[0].attempt.job_id, "j00042");
 }
