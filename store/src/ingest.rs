@@ -40,8 +40,9 @@ trait Kind {
     fn reject(r: Reject) -> Self::Incoming;
     /// The record's identity for a conflict message: `job j1 attempt 2`.
     fn identity(i: &Self::Incoming) -> Option<String>;
-    /// One durable write transaction.
-    fn write(ledger: &Ledger, batch: Vec<Self::Incoming>) -> Result<Vec<WriteResult>>;
+    /// One durable write transaction; the records are handed back (when the write keeps them), so
+    /// that the parsing thread, which allocated them, frees them.
+    fn write(ledger: &Ledger, batch: Vec<Self::Incoming>) -> Result<(Vec<WriteResult>, Vec<Self::Incoming>)>;
 }
 
 struct Attempts;
@@ -66,8 +67,8 @@ impl Kind for Attempts {
             Incoming::Reject(_) => None,
         }
     }
-    fn write(ledger: &Ledger, batch: Vec<Prepared>) -> Result<Vec<WriteResult>> {
-        ledger.write_prepared(batch)
+    fn write(ledger: &Ledger, batch: Vec<Prepared>) -> Result<(Vec<WriteResult>, Vec<Prepared>)> {
+        Ok((ledger.write_prepared(&batch)?, batch))
     }
 }
 
@@ -96,8 +97,8 @@ impl Kind for Decisions {
             IncomingDecision::Reject(_) => None,
         }
     }
-    fn write(ledger: &Ledger, batch: Vec<IncomingDecision>) -> Result<Vec<WriteResult>> {
-        ledger.write_decisions(batch)
+    fn write(ledger: &Ledger, batch: Vec<IncomingDecision>) -> Result<(Vec<WriteResult>, Vec<IncomingDecision>)> {
+        Ok((ledger.write_decisions(batch)?, Vec::new()))
     }
 }
 
@@ -136,8 +137,9 @@ pub fn ingest_decisions_reader<R: BufRead>(
 /// One batch on its way to the writing thread: the records, their line numbers, their names for
 /// conflict messages, and the input bytes read when it was cut (for `progress`).
 type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
-/// A batch written: its results beside its line numbers, names and bytes read.
-type Written = (Vec<WriteResult>, Vec<u64>, Vec<Option<String>>, u64);
+/// A batch written: its results beside its line numbers, names and bytes read, and the records
+/// themselves when the write handed them back (dropped on the parsing thread).
+type Written<I> = (Vec<WriteResult>, Vec<u64>, Vec<Option<String>>, u64, Vec<I>);
 
 /// Parses on this thread while a second thread writes (and fsyncs) the batch before, so decoding
 /// and the commit overlap; batches are written one at a time, in input order, and the report is
@@ -155,18 +157,19 @@ fn ingest<K: Kind, R: BufRead>(
     std::thread::scope(|scope| {
         // At most one batch waits while one is being written: memory stays at two batches.
         let (to_writer, batches) = std::sync::mpsc::sync_channel::<Batch<K::Incoming>>(1);
-        let (to_reader, written) = std::sync::mpsc::channel::<Result<Written>>();
+        let (to_reader, written) = std::sync::mpsc::channel::<Result<Written<K::Incoming>>>();
         scope.spawn(move || {
             for (pending, lines, names, bytes) in batches {
-                let result = K::write(ledger, pending).map(|results| (results, lines, names, bytes));
+                let result = K::write(ledger, pending).map(|(results, spent)| (results, lines, names, bytes, spent));
                 let failed = result.is_err();
                 if to_reader.send(result).is_err() || failed {
                     break;
                 }
             }
         });
-        let mut apply = |w: Result<Written>, report: &mut IngestReport| -> Result<()> {
-            let (results, lines, names, bytes) = w?;
+        let mut apply = |w: Result<Written<K::Incoming>>, report: &mut IngestReport| -> Result<()> {
+            let (results, lines, names, bytes, spent) = w?;
+            drop(spent);
             record_results(source, &results, lines, names, report);
             progress(bytes);
             Ok(())
