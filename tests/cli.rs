@@ -232,6 +232,55 @@ fn reading_commands_need_an_existing_ledger() {
     assert_eq!(run(&["ingest"]).status.code(), Some(2));
 }
 
+#[test]
+fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
+    use laneledger_store::tables::{CHAIN_BLOCK, COUNTER, FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.redb");
+    let db_s = db.to_str().unwrap();
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    assert_eq!(
+        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    {
+        // The file as format version 1 left it: the same records, no chain.
+        let l = laneledger_store::Ledger::open(&db).unwrap();
+        let txn = l.database().begin_write().unwrap();
+        txn.delete_table(CHAIN_BLOCK).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
+        txn.open_table(COUNTER).unwrap().remove("chain_entries").unwrap();
+        txn.commit().unwrap();
+    }
+    let count = [
+        "sql",
+        "--db",
+        db_s,
+        "--format",
+        "csv",
+        "SELECT COUNT(*) AS n FROM job_attempt",
+    ];
+    let o = run(&count);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "n\r\n422\r\n");
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "laneledger: migrated {db_s} from ledger format version 1 to {FORMAT_VERSION}; releases that read \
+             only version 1 can no longer open it\n"
+        )
+    );
+    let o = run(&count);
+    assert_eq!((stdout(&o).as_str(), stderr(&o).as_str()), ("n\r\n422\r\n", ""));
+    let o = run(&["verify", "--db", db_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("clean: 422 chain entries, 422 records"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// `(folders, files, bytes)` under an export folder: `day=` folders and the files in them.
 fn export_tree(out: &Path) -> (Vec<String>, usize, u64) {
     let (mut folders, mut files, mut bytes) = (Vec::new(), 0, 0);

@@ -27,7 +27,7 @@ pub fn run(
     for name in files.iter().filter(|n| *n != "-") {
         File::open(name).with_context(|| format!("opening {name}"))?;
     }
-    let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
+    let ledger = super::open(db)?;
     let mut total = Counters::default();
     for name in files {
         let fmt = match format {

@@ -119,7 +119,22 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
             db.display()
         );
     }
-    Ledger::open(db).with_context(|| format!("opening {}", db.display()))
+    open(db)
+}
+
+/// Opens (or creates) the ledger at `db`. When the file was written by an older release it is
+/// migrated first, and stderr says so: the older release can no longer open it.
+pub fn open(db: &Path) -> anyhow::Result<Ledger> {
+    let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
+    if let Some(old) = ledger.migrated_from() {
+        eprintln!(
+            "laneledger: migrated {} from ledger format version {old} to {}; releases that read only \
+             version {old} can no longer open it",
+            db.display(),
+            laneledger_store::tables::FORMAT_VERSION
+        );
+    }
+    Ok(ledger)
 }
 
 /// Reads lane.yaml, or the seeds' defaults when no path is given.

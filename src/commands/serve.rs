@@ -20,7 +20,7 @@ pub fn run(
     retain_every: Duration,
 ) -> anyhow::Result<ExitCode> {
     let config = super::load_config(config)?;
-    let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
+    let ledger = super::open(db)?;
     serve_ledger(ledger, config, addr, server, Some(retain_every), None)
 }
 

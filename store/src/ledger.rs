@@ -242,6 +242,7 @@ pub struct Ledger {
     db: Arc<Database>,
     path: PathBuf,
     generation: Arc<AtomicU64>,
+    migrated_from: Option<u64>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -268,6 +269,7 @@ impl Ledger {
             Err(e) => return Err(Error::Storage(e.into())),
         };
         let txn = db.begin_write()?;
+        let mut migrated_from = None;
         {
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value());
@@ -298,6 +300,7 @@ impl Ledger {
                     }
                     crate::chain::migrate_v2(&txn)?;
                     meta.insert("format_version", FORMAT_VERSION)?;
+                    migrated_from = Some(v);
                 }
                 Some(_) => {}
                 None => {
@@ -310,7 +313,15 @@ impl Ledger {
             db: Arc::new(db),
             path,
             generation: Arc::new(AtomicU64::new(0)),
+            migrated_from,
         })
+    }
+
+    /// The format version the file had when this handle migrated it to [`FORMAT_VERSION`] on
+    /// opening, or `None` when it was already current (or new). A migrated file can no longer be
+    /// opened by a release that reads only the older version, so callers tell the user.
+    pub fn migrated_from(&self) -> Option<u64> {
+        self.migrated_from
     }
 
     /// The ledger file's path.

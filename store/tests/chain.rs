@@ -485,7 +485,9 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
     );
     downgrade_to_v2(&Ledger::open(&path).unwrap());
 
+    assert_eq!(Ledger::open(&path).unwrap().migrated_from(), Some(2));
     let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.migrated_from(), None, "migrated once");
     let txn = l.database().begin_read().unwrap();
     assert_eq!(
         txn.open_table(META)
