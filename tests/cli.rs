@@ -230,6 +230,20 @@ fn reading_commands_need_an_existing_ledger() {
     assert!(stderr(&o).contains("no ledger at"), "{}", stderr(&o));
     assert!(!db.exists());
     assert_eq!(run(&["ingest"]).status.code(), Some(2));
+    // An empty file is not a ledger, and is left as it was.
+    std::fs::write(&db, b"").unwrap();
+    for args in [
+        &["sql", "--db", db.to_str().unwrap(), "SELECT 1"][..],
+        &["verify", "--db", db.to_str().unwrap()],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(
+            stderr(&o),
+            format!("laneledger: {} is an empty file, not a ledger\n", db.display())
+        );
+    }
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
 }
 
 #[test]

@@ -119,6 +119,10 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
             db.display()
         );
     }
+    // redb would make an empty file a new, empty ledger: a reading command reports it instead.
+    if std::fs::metadata(db).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        bail!("{} is an empty file, not a ledger", db.display());
+    }
     open(db)
 }
 
