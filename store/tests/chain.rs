@@ -398,19 +398,23 @@ fn a_format_1_ledger_is_chained_when_opened() {
         txn.commit().unwrap();
     }
     let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.migrated_from(), Some(1));
     let r = l.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.first_bad);
     assert_eq!(r.entries, r.records);
-    let txn = l.database().begin_read().unwrap();
-    assert_eq!(
-        txn.open_table(META)
-            .unwrap()
-            .get("format_version")
-            .unwrap()
-            .unwrap()
-            .value(),
-        laneledger_store::tables::FORMAT_VERSION
-    );
+    assert_eq!(format_version(&l), laneledger_store::tables::FORMAT_VERSION);
+}
+
+/// `meta["format_version"]` of the file.
+fn format_version(ledger: &Ledger) -> u64 {
+    use laneledger_store::tables::META;
+    let txn = ledger.database().begin_read().unwrap();
+    txn.open_table(META)
+        .unwrap()
+        .get("format_version")
+        .unwrap()
+        .unwrap()
+        .value()
 }
 
 /// Rewrites a format-version-3 ledger as version 2 wrote it: one chain row per entry, the
@@ -462,7 +466,7 @@ fn idem_keys(ledger: &Ledger) -> Vec<String> {
 
 #[test]
 fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index() {
-    use laneledger_store::tables::{FORMAT_VERSION, META};
+    use laneledger_store::tables::FORMAT_VERSION;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v2.redb");
     let (entries, report, by_idem) = {
@@ -488,16 +492,8 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
     assert_eq!(Ledger::open(&path).unwrap().migrated_from(), Some(2));
     let l = Ledger::open(&path).unwrap();
     assert_eq!(l.migrated_from(), None, "migrated once");
+    assert_eq!(format_version(&l), FORMAT_VERSION);
     let txn = l.database().begin_read().unwrap();
-    assert_eq!(
-        txn.open_table(META)
-            .unwrap()
-            .get("format_version")
-            .unwrap()
-            .unwrap()
-            .value(),
-        FORMAT_VERSION
-    );
     let tables: Vec<String> = txn
         .list_tables()
         .unwrap()
