@@ -159,10 +159,13 @@ impl Prepared {
     }
 }
 
-/// The stored value of a new attempt row from its [`Prepared`] bytes: the same bytes as
+/// The stored value of a new attempt row from its [`Prepared`] bytes, written into `buf` (whose
+/// allocation is reused): the same bytes as
 /// `encode(&AttemptRecord::V1(StoredAttempt { attempt, seq, ingested_at }))`.
-fn finish_attempt(prefix: Vec<u8>, seq: u64, ingested_at: i64) -> Vec<u8> {
-    postcard::to_extend(&(seq, ingested_at), prefix).expect("integers always encode")
+fn finish_attempt(mut buf: Vec<u8>, prepared: &[u8], seq: u64, ingested_at: i64) -> Vec<u8> {
+    buf.clear();
+    buf.extend_from_slice(prepared);
+    postcard::to_extend(&(seq, ingested_at), buf).expect("integers always encode")
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -406,9 +409,7 @@ impl Ledger {
                         match held {
                             None => {
                                 next_seq += 1;
-                                value.clear();
-                                value.extend_from_slice(encoded);
-                                value = finish_attempt(std::mem::take(&mut value), next_seq, now);
+                                value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
                                 let a = attempt;
                                 attempts.insert(key, value.as_slice())?;
                                 by_idem.insert((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no), ())?;
@@ -665,7 +666,7 @@ mod tests {
                 }));
                 let prepared = Prepared::new(incoming.clone());
                 assert_eq!(
-                    finish_attempt(prepared.encoded.clone(), seq, at),
+                    finish_attempt(Vec::new(), &prepared.encoded, seq, at),
                     whole,
                     "line {i} seq {seq}"
                 );
