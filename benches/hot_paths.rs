@@ -28,7 +28,7 @@ use laneledger_store::record::ATTEMPT_FIELDS;
 use laneledger_store::{
     Attempt, AttemptReader, DEFAULT_BATCH, InputFormat, Ledger, Parsed, StoredAttempt, format_timestamp, ingest_reader,
 };
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 /// Wall times of one case, sorted.
 struct Timings(Vec<Duration>);

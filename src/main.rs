@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    commands::report_damage_on_panic();
     let run = std::thread::Builder::new()
         .stack_size(STACK_BYTES)
         .spawn(move || commands::run(cli));

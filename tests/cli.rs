@@ -247,6 +247,108 @@ fn reading_commands_need_an_existing_ledger() {
 }
 
 #[test]
+fn a_damaged_ledger_exits_4_naming_the_file_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db_s = db.to_str().unwrap();
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    assert_eq!(
+        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    // Every B-tree leaf page that holds a pin job gets an entry count of 65,535, so reading the
+    // page indexes past its end: redb trusts the pages it reads and panics on such a page.
+    let mut bytes = std::fs::read(&db).unwrap();
+    let mut damaged = 0;
+    for page in bytes.chunks_mut(4096) {
+        if page[0] == 1 && page.windows(8).any(|w| w == b"pin-job-") {
+            page[2..4].copy_from_slice(&[0xff, 0xff]);
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 1);
+    for args in [
+        &["verify", "--db", db_s][..],
+        &["sql", "--db", db_s, "SELECT count(*) FROM job_attempt"],
+    ] {
+        // A fresh copy each time: a process that stops on a damaged page does not close the file
+        // cleanly, and the next open's crash recovery would find the damage first.
+        std::fs::write(&db, &bytes).unwrap();
+        let o = run(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {e}");
+        assert!(
+            e.starts_with(&format!(
+                "laneledger: {db_s} is damaged: redb could not read one of its pages ("
+            )),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("); restore it from a copy\n") && e.contains(" at redb-"),
+            "{e}"
+        );
+        assert!(!e.contains("panicked") && stdout(&o).is_empty(), "{e}");
+    }
+}
+
+/// Makes `path` unwritable for this process: mode 0444, and for root (whom modes do not stop)
+/// the immutable flag. False when neither stops a write here.
+fn make_unwritable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let writable = || std::fs::OpenOptions::new().write(true).open(path).is_ok();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    if !writable() {
+        return true;
+    }
+    let flagged = Command::new("chattr").arg("+i").arg(path).status();
+    flagged.is_ok_and(|s| s.success()) && !writable()
+}
+
+#[test]
+fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db_s = db.to_str().unwrap();
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    let sample = sample.to_str().unwrap();
+    assert_eq!(run(&["ingest", "--db", db_s, sample]).status.code(), Some(0));
+    if !make_unwritable(&db) {
+        // Neither a mode nor the immutable flag stops this user writing (root without
+        // CAP_LINUX_IMMUTABLE): there is no read-only file to test with.
+        eprintln!("skipped: cannot make {db_s} unwritable here");
+        return;
+    }
+    let o = run(&[
+        "sql",
+        "--db",
+        db_s,
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM job_attempt",
+    ]);
+    assert_eq!(
+        (o.status.code(), stdout(&o).as_str()),
+        (Some(0), "n\r\n422\r\n"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["verify", "--db", db_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("clean: 422 chain entries, 422 records"));
+    assert_eq!(
+        stderr(&o),
+        format!("laneledger: {db_s} cannot be written: this run is not logged in verify_run\n")
+    );
+    let o = run(&["ingest", "--db", db_s, sample]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("laneledger: ledger {db_s} is open read-only (the file cannot be written), so it takes no writes\n")
+    );
+    let _ = Command::new("chattr").arg("-i").arg(&db).status();
+}
+
+#[test]
 fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
     use laneledger_store::tables::{CHAIN_BLOCK, COUNTER, FORMAT_VERSION, META};
     let dir = tempfile::tempdir().unwrap();
@@ -308,6 +410,81 @@ fn export_tree(out: &Path) -> (Vec<String>, usize, u64) {
     }
     folders.sort();
     (folders, files, bytes)
+}
+
+#[test]
+fn a_csv_export_ingested_into_a_new_ledger_gives_back_the_same_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("old.redb"), dir.path().join("new.redb"));
+    let (old_s, new_s) = (old.to_str().unwrap(), new.to_str().unwrap());
+    let samples: Vec<String> = [
+        "drill-nopin-2026-W47.ndjson",
+        "drill-pin-2026-W48.ndjson",
+        "keys-incident-2026-10-17.ndjson",
+    ]
+    .iter()
+    .map(|f| sample(f).to_str().unwrap().to_string())
+    .collect();
+    let mut args = vec!["ingest", "--db", old_s];
+    args.extend(samples.iter().map(String::as_str));
+    assert_eq!(run(&args).status.code(), Some(0));
+    let out = dir.path().join("export");
+    let o = run(&[
+        "export",
+        "--db",
+        old_s,
+        "--format",
+        "csv",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (days, _, _) = export_tree(&out);
+    let files: Vec<String> = days
+        .iter()
+        .map(|d| out.join(d).join("attempts.csv").to_str().unwrap().to_string())
+        .collect();
+    let o = run(&[
+        "sql",
+        "--db",
+        old_s,
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM job_attempt",
+    ]);
+    let rows: usize = stdout(&o).lines().nth(1).unwrap().parse().unwrap();
+    let mut args = vec!["ingest", "--db", new_s];
+    args.extend(files.iter().map(String::as_str));
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!("accepted {rows}, completed 0, duplicate deliveries 0, conflicts 0, rejected 0\n")
+    );
+    // Every column as it was, error_kind (derived) and the routers' own fields (attrs) included;
+    // the new attrs also hold the old ledger's ingested_at.
+    let columns = "job_id, idem_key, attempt_no, lane, started_at, ended_at, outcome, tokens_in, tokens_out, \
+                   artifact_id, http_status, provider_code, key_id, pool_id, model, error_kind";
+    let rows_of = |db: &str, attrs: &str| {
+        let q = format!("SELECT {columns}, {attrs} AS attrs FROM job_attempt ORDER BY job_id, attempt_no");
+        let o = run(&["sql", "--db", db, "--format", "csv", &q]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let was = rows_of(
+        old_s,
+        r#"CASE WHEN attrs IS NULL THEN '{"ingested_at":"' || to_char(ingested_at, '%Y-%m-%dT%H:%M:%S%.6fZ') || '"}' ELSE '{"ingested_at":"' || to_char(ingested_at, '%Y-%m-%dT%H:%M:%S%.6fZ') || '",' || substr(attrs, 2) END"#,
+    );
+    assert_eq!(rows_of(new_s, "attrs"), was);
+    assert_eq!(was.lines().count(), rows + 1);
+    assert!(was.contains("trios-bee-runner-2"), "some attempts carry a router field");
+    // Fed back into the ledger it came from, every row is a duplicate delivery.
+    args[2] = old_s;
+    let o = run(&args);
+    assert_eq!(
+        stdout(&o),
+        format!("accepted 0, completed 0, duplicate deliveries {rows}, conflicts 0, rejected 0\n")
+    );
 }
 
 #[test]

@@ -6,7 +6,6 @@ use datafusion::arrow::array::{
     ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use laneledger_store::policy::refusal::ErrorKind;
 use laneledger_store::{AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
 
 use crate::error::Result;
@@ -69,17 +68,7 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// seed 002 `error_kind(http_status, provider_code)` where either is present, else `None`;
-/// an absent one counts as 0, as the seed's "0 when there is none".
-pub fn error_kind_of(http_status: Option<u16>, provider_code: Option<u32>) -> Option<ErrorKind> {
-    if http_status.is_none() && provider_code.is_none() {
-        return None;
-    }
-    Some(laneledger_store::policy::refusal::classify(
-        u32::from(http_status.unwrap_or(0)),
-        provider_code.unwrap_or(0),
-    ))
-}
+pub use laneledger_store::policy::refusal::error_kind_of;
 
 /// Column builders for `job_attempt`.
 struct Builders {

@@ -93,10 +93,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week, a bad export
-/// range), else 1.
+/// range), 4 when the ledger file is damaged (as `verify` exits for a ledger that does not
+/// verify), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use laneledger_query::Error as Q;
     for cause in e.chain() {
+        if let Some(laneledger_store::Error::Damaged(_)) = cause.downcast_ref::<laneledger_store::Error>() {
+            return verify::BROKEN;
+        }
         if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some() {
             return 2;
         }
@@ -112,6 +116,18 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 
 /// Opens a ledger that must already exist (for commands that only read).
 pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
+    must_exist(db)?;
+    open(db)
+}
+
+/// [`open_existing`] with redb's integrity check first ([`Ledger::open_checked`]): for `verify`.
+pub fn open_checked(db: &Path) -> anyhow::Result<Ledger> {
+    must_exist(db)?;
+    opened(db, Ledger::open_checked(db))
+}
+
+/// Refuses a path that holds no ledger: missing, or an empty file.
+fn must_exist(db: &Path) -> anyhow::Result<()> {
     if !db.exists() {
         bail!(
             "no ledger at {} (create one with `laneledger ingest --db {} FILE`)",
@@ -123,13 +139,19 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
     if std::fs::metadata(db).is_ok_and(|m| m.is_file() && m.len() == 0) {
         bail!("{} is an empty file, not a ledger", db.display());
     }
-    open(db)
+    Ok(())
 }
 
 /// Opens (or creates) the ledger at `db`. When the file was written by an older release it is
 /// migrated first, and stderr says so: the older release can no longer open it.
 pub fn open(db: &Path) -> anyhow::Result<Ledger> {
-    let ledger = Ledger::open(db).with_context(|| format!("opening {}", db.display()))?;
+    opened(db, Ledger::open(db))
+}
+
+/// The migration notice of [`open`] for a ledger just opened (or the error, with the path).
+fn opened(db: &Path, ledger: laneledger_store::Result<Ledger>) -> anyhow::Result<Ledger> {
+    DAMAGE_PATH.get_or_init(|| db.to_path_buf());
+    let ledger = ledger.with_context(|| format!("opening {}", db.display()))?;
     if let Some(old) = ledger.migrated_from() {
         eprintln!(
             "laneledger: migrated {} from ledger format version {old} to {}; releases that read only \
@@ -139,6 +161,55 @@ pub fn open(db: &Path) -> anyhow::Result<Ledger> {
         );
     }
     Ok(ledger)
+}
+
+/// The ledger file a damaged-page panic is reported against (the first one opened).
+static DAMAGE_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Whether a damaged-page panic ends the process (every command but `serve`, whose request
+/// fails instead while the server goes on).
+pub static EXIT_ON_DAMAGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Installs the panic hook that turns a panic inside redb into a damaged-ledger report.
+///
+/// redb trusts the pages it reads (only its integrity check compares their checksums), so a file
+/// damaged outside laneledger can make a read panic inside redb (cberner/redb#1334). Such a
+/// panic is reported as `laneledger: LEDGER is damaged: …` and the process exits 4, the code of a
+/// ledger that does not verify; other panics keep the default report.
+pub fn report_damage_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_redb = info
+            .location()
+            .is_some_and(|l| l.file().contains("/redb-") || l.file().contains("\\redb-"));
+        if !in_redb {
+            return default(info);
+        }
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let file = DAMAGE_PATH
+            .get()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "the ledger file".into());
+        // From the crate's directory on: `redb-4.6.0/src/tree_store/btree_iters.rs:35`.
+        let at = info
+            .location()
+            .map(|l| {
+                let f = l.file();
+                format!(" at {}:{}", f.rfind("redb-").map_or(f, |i| &f[i..]), l.line())
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "laneledger: {file} is damaged: redb could not read one of its pages ({what}{at}); restore it from a copy"
+        );
+        if EXIT_ON_DAMAGE.load(std::sync::atomic::Ordering::Relaxed) {
+            std::process::exit(i32::from(verify::BROKEN));
+        }
+    }));
 }
 
 /// Reads lane.yaml, or the seeds' defaults when no path is given.

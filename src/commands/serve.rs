@@ -75,6 +75,8 @@ pub fn serve_ledger(
     retain_every: Option<Duration>,
     banner: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    // A request that meets a damaged page fails; the server goes on serving the others.
+    super::EXIT_ON_DAMAGE.store(false, std::sync::atomic::Ordering::Relaxed);
     let auth = auth(addr, server)?;
     let options = Options {
         body_limit: server.body_limit.max(1),
@@ -83,7 +85,14 @@ pub fn serve_ledger(
         query_concurrency: server.query_concurrency.max(1),
         write_concurrency: server.write_concurrency.max(1),
     };
-    let writes = if auth.token.is_some() { "on" } else { "off (no token)" };
+    let read_only = ledger.is_read_only();
+    let writes = if read_only {
+        "off (the ledger file cannot be written)"
+    } else if auth.token.is_some() {
+        "on"
+    } else {
+        "off (no token)"
+    };
     let reads = if auth.reads_need_token {
         "need the token"
     } else {
@@ -91,11 +100,15 @@ pub fn serve_ledger(
     };
     super::runtime()?.block_on(async {
         let session = Session::with_memory_limit(ledger.clone(), config, server.sql_memory.max(1 << 20)).await?;
-        let (writer, writer_thread) = Writer::spawn(ledger, server.write_queue)?;
-        let state = AppState::new(session.clone(), session.thresholds())
-            .with_writer(writer, auth)
-            .with_options(options);
-        let schedule = super::retain::spawn_scheduled(&state, retain_every);
+        let state = AppState::new(session.clone(), session.thresholds()).with_options(options);
+        // A file that cannot be written gets no writer and no sweeps: writes answer 503.
+        let (state, writer_thread) = if read_only {
+            (state.with_auth(auth), None)
+        } else {
+            let (writer, writer_thread) = Writer::spawn(ledger, server.write_queue)?;
+            (state.with_writer(writer, auth), Some(writer_thread))
+        };
+        let schedule = super::retain::spawn_scheduled(&state, retain_every.filter(|_| !read_only));
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
@@ -115,7 +128,9 @@ pub fn serve_ledger(
             let _ = task.await;
         }
         // Every handle to the writer is gone now: it commits what it took, then stops.
-        tokio::task::spawn_blocking(move || writer_thread.join()).await?;
+        if let Some(writer_thread) = writer_thread {
+            tokio::task::spawn_blocking(move || writer_thread.join()).await?;
+        }
         served?;
         Ok(ExitCode::SUCCESS)
     })

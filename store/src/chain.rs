@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadableMultimapTable, ReadableTable, Table, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -5,7 +5,7 @@
 //! attempt line. As for attempts, [`Ledger::write_decisions`] takes one redb write transaction per
 //! batch, and every accepted record is durable when it returns `Ok`.
 
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::decision::{

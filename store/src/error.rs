@@ -62,16 +62,48 @@ pub enum Error {
         /// The digest of what the removal transaction would remove (hex).
         found: String,
     },
-    /// A redb storage, transaction or commit error.
+    /// The file cannot be written (its permissions, an immutable flag, a read-only mount), so the
+    /// ledger was opened read-only: reads work, and this is the answer to every write.
+    #[error("ledger {0} is open read-only (the file cannot be written), so it takes no writes")]
+    ReadOnly(PathBuf),
+    /// The file cannot be written and holds an older format: it must be migrated before it can be
+    /// read, and migrating writes.
+    #[error(
+        "ledger {path} has format version {found} and cannot be written, so it cannot be migrated to \
+         version {supported}: make it writable for one command (any command migrates it)"
+    )]
+    ReadOnlyNeedsMigration {
+        /// The ledger file.
+        path: PathBuf,
+        /// The version stored in its `meta` table.
+        found: u64,
+        /// The version this build writes.
+        supported: u64,
+    },
+    /// redb found the file's pages damaged: a checksum that does not match, or a page it cannot
+    /// parse (bit rot, a torn copy, an edit outside laneledger).
+    #[error("the ledger file is damaged (redb: {0}); restore it from a copy")]
+    Damaged(String),
+    /// A redb storage, transaction or commit error. Its text is part of this error's message, so
+    /// it is not also given as the source (which would print it twice).
     #[error("ledger storage: {0}")]
-    Storage(#[from] redb::Error),
+    Storage(redb::Error),
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Self {
+        match e {
+            redb::Error::Corrupted(reason) => Error::Damaged(reason),
+            e => Error::Storage(e),
+        }
+    }
 }
 
 macro_rules! from_redb {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Self {
-                Error::Storage(e.into())
+                Error::from(redb::Error::from(e))
             }
         }
     )*};

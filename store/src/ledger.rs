@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{
+    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    WriteTransaction,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -23,7 +26,7 @@ use crate::tables::{
     FORMAT_VERSION, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
-use crate::write_rules::{Merge, merge};
+use crate::write_rules::{Merge, merge, without_own_ingested_at};
 
 /// One record offered to the ledger: a parsed attempt, or a line already known to be bad.
 #[derive(Debug, Clone)]
@@ -239,10 +242,46 @@ impl AttemptChunk {
 /// hold a second copy of pages already read (redb's default is 1 GiB).
 pub const CACHE_BYTES: usize = 256 << 20;
 
-/// The attempt ledger. Cheap to clone: clones share one open redb [`Database`].
+/// The open redb file: writable, or read-only when the file itself cannot be written.
+enum Handle {
+    Writable(Database),
+    ReadOnly(ReadOnlyDatabase),
+}
+
+/// The ledger's redb file, as [`Ledger::database`] hands it out: read transactions always, write
+/// transactions when the file could be opened for writing.
+pub struct LedgerDb {
+    handle: Handle,
+    path: PathBuf,
+}
+
+impl LedgerDb {
+    /// A read transaction: one consistent snapshot, never waiting for a writer.
+    pub fn begin_read(&self) -> Result<ReadTransaction> {
+        Ok(match &self.handle {
+            Handle::Writable(db) => db.begin_read()?,
+            Handle::ReadOnly(db) => db.begin_read()?,
+        })
+    }
+
+    /// A write transaction. Errors: [`Error::ReadOnly`] when the file was opened read-only.
+    pub fn begin_write(&self) -> Result<WriteTransaction> {
+        match &self.handle {
+            Handle::Writable(db) => Ok(db.begin_write()?),
+            Handle::ReadOnly(_) => Err(Error::ReadOnly(self.path.clone())),
+        }
+    }
+
+    /// Whether the file was opened read-only because it cannot be written.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.handle, Handle::ReadOnly(_))
+    }
+}
+
+/// The attempt ledger. Cheap to clone: clones share one open redb file ([`LedgerDb`]).
 #[derive(Clone)]
 pub struct Ledger {
-    db: Arc<Database>,
+    db: Arc<LedgerDb>,
     path: PathBuf,
     generation: Arc<AtomicU64>,
     migrated_from: Option<u64>,
@@ -254,6 +293,18 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
+/// Whether opening a file for writing failed because the file cannot be written (permissions, an
+/// immutable flag, a read-only mount) rather than for a reason a read-only open would share.
+fn cannot_write(e: &redb::DatabaseError) -> bool {
+    match e {
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) => matches!(
+            io.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+        ),
+        _ => false,
+    }
+}
+
 impl Ledger {
     /// Opens the ledger at `path`, creating it (and its tables) when it does not exist.
     ///
@@ -262,14 +313,36 @@ impl Ledger {
     /// its chain stored again in blocks and its idem_key index as a plain table (entry bytes and
     /// hashes unchanged); either becomes version 3.
     ///
+    /// A file that exists but cannot be written is opened read-only: every read works and every
+    /// write answers [`Error::ReadOnly`].
+    ///
     /// Errors: [`Error::AlreadyOpen`] when another process holds the file, [`Error::FormatVersion`]
-    /// when a newer laneledger wrote it, [`Error::Storage`] for anything redb reports.
+    /// when a newer laneledger wrote it, [`Error::ReadOnlyNeedsMigration`] for an older file that
+    /// cannot be written, [`Error::Damaged`] when redb finds its pages damaged, [`Error::Storage`]
+    /// for anything else redb reports.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let db = match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
+        Self::open_with(path.as_ref(), false)
+    }
+
+    /// [`Ledger::open`], first checking the checksum of every page of the file (redb's integrity
+    /// check: it reads the whole file). A file damaged outside laneledger then fails to open with
+    /// [`Error::Damaged`] instead of being read; `laneledger verify` opens this way. A read-only
+    /// file is opened without the check (redb's check commits).
+    pub fn open_checked(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    fn open_with(path: &Path, check_integrity: bool) -> Result<Self> {
+        let path = path.to_path_buf();
+        let mut builder = Database::builder();
+        builder
+            .set_cache_size(CACHE_BYTES)
+            .set_check_integrity_on_open(check_integrity);
+        let db = match builder.create(&path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
-            Err(e) => return Err(Error::Storage(e.into())),
+            Err(e) if cannot_write(&e) && path.is_file() => return Self::open_read_only(path),
+            Err(e) => return Err(redb::Error::from(e).into()),
         };
         let txn = db.begin_write()?;
         let mut migrated_from = None;
@@ -312,12 +385,53 @@ impl Ledger {
             }
         }
         txn.commit()?;
-        Ok(Ledger {
-            db: Arc::new(db),
+        Ok(Self::with_handle(Handle::Writable(db), path, migrated_from))
+    }
+
+    /// Opens an existing ledger file without writing to it. Errors as [`Ledger::open`]; a file of
+    /// an older format gives [`Error::ReadOnlyNeedsMigration`], and one that is not a ledger (no
+    /// `meta` table) gives [`Error::Storage`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let db = match Database::builder().set_cache_size(CACHE_BYTES).open_read_only(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
+            Err(e) => return Err(redb::Error::from(e).into()),
+        };
+        let txn = db.begin_read()?;
+        let found = txn.open_table(META)?.get("format_version")?.map(|v| v.value());
+        drop(txn);
+        match found {
+            Some(v) if v > FORMAT_VERSION => Err(Error::FormatVersion {
+                path,
+                found: v,
+                supported: FORMAT_VERSION,
+            }),
+            Some(v) if v < FORMAT_VERSION => Err(Error::ReadOnlyNeedsMigration {
+                path,
+                found: v,
+                supported: FORMAT_VERSION,
+            }),
+            _ => Ok(Self::with_handle(Handle::ReadOnly(db), path, None)),
+        }
+    }
+
+    fn with_handle(handle: Handle, path: PathBuf, migrated_from: Option<u64>) -> Self {
+        Ledger {
+            db: Arc::new(LedgerDb {
+                handle,
+                path: path.clone(),
+            }),
             path,
             generation: Arc::new(AtomicU64::new(0)),
             migrated_from,
-        })
+        }
+    }
+
+    /// Whether the file was opened read-only because it cannot be written: writes answer
+    /// [`Error::ReadOnly`].
+    pub fn is_read_only(&self) -> bool {
+        self.db.is_read_only()
     }
 
     /// The format version the file had when this handle migrated it to [`FORMAT_VERSION`] on
@@ -345,8 +459,8 @@ impl Ledger {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The shared redb handle, for crates that add their own tables.
-    pub fn database(&self) -> &Arc<Database> {
+    /// The shared redb file, for the store's modules that add their own tables (and for tests).
+    pub fn database(&self) -> &LedgerDb {
         &self.db
     }
 
@@ -420,41 +534,43 @@ impl Ledger {
                                 chain.append(EntryKind::Insert, key, &value)?;
                                 WriteResult::Accepted
                             }
-                            Some(held) => match merge(&held.attempt, attempt) {
-                                Merge::Duplicate => WriteResult::Duplicate,
-                                Merge::Complete(row, fields) => {
-                                    let stored = StoredAttempt { attempt: *row, ..held };
-                                    let value = encode(&AttemptRecord::V1(stored));
-                                    attempts.insert(key, value.as_slice())?;
-                                    let key = RecordKey::Attempt {
-                                        job_id: key.0.to_string(),
-                                        attempt_no: key.1,
-                                    };
-                                    chain.append(EntryKind::Update, key, &value)?;
-                                    WriteResult::Completed { fields }
+                            Some(held) => {
+                                match merge(&held.attempt, &without_own_ingested_at(attempt, held.ingested_at)) {
+                                    Merge::Duplicate => WriteResult::Duplicate,
+                                    Merge::Complete(row, fields) => {
+                                        let stored = StoredAttempt { attempt: *row, ..held };
+                                        let value = encode(&AttemptRecord::V1(stored));
+                                        attempts.insert(key, value.as_slice())?;
+                                        let key = RecordKey::Attempt {
+                                            job_id: key.0.to_string(),
+                                            attempt_no: key.1,
+                                        };
+                                        chain.append(EntryKind::Update, key, &value)?;
+                                        WriteResult::Completed { fields }
+                                    }
+                                    Merge::Conflict(fields) => {
+                                        next_conflict += 1;
+                                        let c = Conflict {
+                                            source: source.clone(),
+                                            line: *line,
+                                            job_id: attempt.job_id.clone(),
+                                            attempt_no: attempt.attempt_no,
+                                            fields: fields.clone(),
+                                            attempt: attempt.clone(),
+                                            raw: raw.clone(),
+                                            received_at: now,
+                                        };
+                                        let value = encode(&ConflictRecord::V1(c));
+                                        conflicts.insert(next_conflict, value.as_slice())?;
+                                        chain.append(
+                                            EntryKind::Insert,
+                                            RecordKey::AttemptConflict(next_conflict),
+                                            &value,
+                                        )?;
+                                        WriteResult::Conflict { fields }
+                                    }
                                 }
-                                Merge::Conflict(fields) => {
-                                    next_conflict += 1;
-                                    let c = Conflict {
-                                        source: source.clone(),
-                                        line: *line,
-                                        job_id: attempt.job_id.clone(),
-                                        attempt_no: attempt.attempt_no,
-                                        fields: fields.clone(),
-                                        attempt: attempt.clone(),
-                                        raw: raw.clone(),
-                                        received_at: now,
-                                    };
-                                    let value = encode(&ConflictRecord::V1(c));
-                                    conflicts.insert(next_conflict, value.as_slice())?;
-                                    chain.append(
-                                        EntryKind::Insert,
-                                        RecordKey::AttemptConflict(next_conflict),
-                                        &value,
-                                    )?;
-                                    WriteResult::Conflict { fields }
-                                }
-                            },
+                            }
                         }
                     }
                 };
@@ -538,7 +654,7 @@ impl Ledger {
         mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let rows = rows.max(1);
-        let txn = self.db.begin_read().map_err(Error::from)?;
+        let txn = self.db.begin_read()?;
         let t = txn.open_table(ATTEMPT).map_err(Error::from)?;
         // Room for the largest chunk so far, so a buffer grows (and is copied) at most a few times.
         let mut bytes_hint = rows * 128;

@@ -14,6 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
+use crate::policy::refusal::{ErrorKind, error_kind_of};
 use crate::record::{Attempt, Lane, Outcome, Reject};
 use crate::time::{now_micros, parse_timestamp};
 
@@ -185,7 +186,9 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`.
+/// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`,
+/// except `job_attempt`'s derived columns as an export writes them: an `error_kind` equal to the
+/// derived one is dropped, and an `attrs` JSON object gives back its members.
 fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
     let mut job_id = None;
     let mut idem_key = None;
@@ -211,6 +214,8 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
         attrs: None,
     };
     let mut attrs: BTreeMap<String, Value> = BTreeMap::new();
+    let mut stated_kind: Option<Value> = None;
+    let mut carried: Option<Value> = None;
     for (name, cell) in cells {
         if cell.is_absent() {
             continue;
@@ -243,8 +248,35 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             "key_id" => a.key_id = Some(string("key_id", cell)?),
             "pool_id" => a.pool_id = Some(string("pool_id", cell)?),
             "model" => a.model = Some(string("model", cell)?),
+            // `job_attempt`'s own columns, as an export carries them: settled below.
+            "error_kind" => stated_kind = Some(cell.to_json()),
+            "attrs" => carried = Some(cell.to_json()),
             other => {
                 attrs.insert(other.to_string(), cell.to_json());
+            }
+        }
+    }
+    // error_kind is derived (seed 002 `error_kind(http_status, provider_code)`): a value that says
+    // the same is not kept; one that says something else is.
+    if let Some(kind) = stated_kind {
+        let derived = error_kind_of(a.http_status, a.provider_code).map(ErrorKind::as_str);
+        if kind.as_str() != derived {
+            attrs.insert("error_kind".to_string(), kind);
+        }
+    }
+    // attrs holds a record's other fields as a JSON object (a `job_attempt` export fed back):
+    // they become the record's other fields again, unless one would overwrite a different value,
+    // in which case the whole value is kept under "attrs".
+    if let Some(value) = carried {
+        let object = match &value {
+            Value::Object(m) => Some(m.clone()),
+            Value::String(s) => serde_json::from_str::<serde_json::Map<String, Value>>(s).ok(),
+            _ => None,
+        };
+        match object {
+            Some(m) if m.iter().all(|(k, v)| attrs.get(k).is_none_or(|held| held == v)) => attrs.extend(m),
+            _ => {
+                attrs.insert("attrs".to_string(), value);
             }
         }
     }
@@ -861,6 +893,73 @@ mod tests {
             r#"{{"job_id":"{long}","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}}"#
         );
         assert_eq!(attempt_from_json(&line).unwrap_err().1, "longer than 256 bytes (257)");
+    }
+
+    #[test]
+    fn an_exported_rows_derived_columns_give_back_the_fields_they_came_from() {
+        let header: Vec<String> = [
+            "job_id",
+            "idem_key",
+            "attempt_no",
+            "lane",
+            "started_at",
+            "http_status",
+            "provider_code",
+            "router",
+            "error_kind",
+            "attrs",
+            "ingested_at",
+        ]
+        .map(String::from)
+        .to_vec();
+        let attrs = |row: &[&str]| attempt_from_csv(&header, row).unwrap().attrs;
+        let row = |kind: &'static str, attrs: &'static str| {
+            [
+                "j",
+                "k",
+                "1",
+                "free",
+                "2026-11-16T09:00:00Z",
+                "429",
+                "1310",
+                "",
+                kind,
+                attrs,
+                "2026-11-20T00:00:00Z",
+            ]
+        };
+        // 429 with 1310 is a quota refusal (seed 002 is_quota_code): an export's "quota" is dropped, the attrs
+        // object's members come back, and ingested_at (the old ledger's) is kept.
+        assert_eq!(
+            attrs(&row("quota", r#"{"router":"r1","tier":2}"#)).as_deref(),
+            Some(r#"{"ingested_at":"2026-11-20T00:00:00Z","router":"r1","tier":2}"#)
+        );
+        // A kind that says something else than the derived one is kept.
+        assert_eq!(
+            attrs(&row("auth", "")).as_deref(),
+            Some(r#"{"error_kind":"auth","ingested_at":"2026-11-20T00:00:00Z"}"#)
+        );
+        // attrs that is not an object, or whose member would overwrite a different value, stays whole.
+        assert_eq!(
+            attrs(&row("quota", "[1]")).as_deref(),
+            Some(r#"{"attrs":"[1]","ingested_at":"2026-11-20T00:00:00Z"}"#)
+        );
+        assert_eq!(
+            attrs(&row("quota", r#"{"ingested_at":"2026-11-01T00:00:00Z"}"#)).as_deref(),
+            Some(r#"{"attrs":"{\"ingested_at\":\"2026-11-01T00:00:00Z\"}","ingested_at":"2026-11-20T00:00:00Z"}"#)
+        );
+        let mut same = row("quota", r#"{"router":"r1"}"#);
+        same[7] = "r1";
+        assert_eq!(
+            attrs(&same).as_deref(),
+            Some(r#"{"ingested_at":"2026-11-20T00:00:00Z","router":"r1"}"#)
+        );
+        // In NDJSON, attrs may be the object itself.
+        let line = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","error_kind":null,"attrs":{"router":"r1"}}"#;
+        assert_eq!(
+            attempt_from_json(line).unwrap().attrs.as_deref(),
+            Some(r#"{"router":"r1"}"#)
+        );
     }
 
     #[test]

@@ -89,6 +89,31 @@ impl FieldDiff {
     }
 }
 
+/// `incoming` without an `attrs` member `ingested_at` that equals `held_ingested_at` (µs since the
+/// epoch, UTC), the held row's own ingest time.
+///
+/// An export of `job_attempt` carries `ingested_at`, and the parser keeps it among the other
+/// fields (SPEC 1.1), so a new ledger fed an export keeps the old ledger's ingest times. Fed back
+/// into the ledger it came from, that member is the held row's own time, not a new field: left in,
+/// it would complete every row (SPEC 2) instead of counting a duplicate delivery.
+pub fn without_own_ingested_at(incoming: &Attempt, held_ingested_at: i64) -> std::borrow::Cow<'_, Attempt> {
+    use std::borrow::Cow;
+    let Some(attrs) = incoming.attrs.as_deref().filter(|a| a.contains("\"ingested_at\"")) else {
+        return Cow::Borrowed(incoming);
+    };
+    let Ok(mut map) = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(attrs) else {
+        return Cow::Borrowed(incoming);
+    };
+    let stated = map.get("ingested_at").and_then(|v| v.as_str());
+    if stated.and_then(|t| crate::time::parse_timestamp(t).ok()) != Some(held_ingested_at) {
+        return Cow::Borrowed(incoming);
+    }
+    map.remove("ingested_at");
+    let mut trimmed = incoming.clone();
+    trimmed.attrs = (!map.is_empty()).then(|| serde_json::to_string(&map).expect("a map of JSON values serializes"));
+    Cow::Owned(trimmed)
+}
+
 /// Compares `incoming` with the row in force (`held`) field by field (SPEC 2).
 ///
 /// `attrs` is compared key by key: a differing key is named `attrs.KEY`, a new key completes.
@@ -184,5 +209,28 @@ mod tests {
             merge(&a, &b),
             Merge::Conflict(vec!["lane".into(), "tokens_out".into(), "attrs.router".into()])
         );
+    }
+
+    #[test]
+    fn a_rows_own_ingested_at_fed_back_in_attrs_is_not_a_new_field() {
+        let at = crate::time::parse_timestamp("2026-12-01T04:04:25.857146Z").unwrap();
+        let with = |attrs: &str| Attempt {
+            attrs: Some(attrs.into()),
+            ..open()
+        };
+        let fed_back = with(r#"{"ingested_at":"2026-12-01T04:04:25.857146Z","router":"r1"}"#);
+        assert_eq!(*without_own_ingested_at(&fed_back, at), open());
+        assert_eq!(
+            merge(&open(), &without_own_ingested_at(&fed_back, at)),
+            Merge::Duplicate
+        );
+        let only = with(r#"{"ingested_at":"2026-12-01T04:04:25.857146Z"}"#);
+        assert_eq!(without_own_ingested_at(&only, at).attrs, None);
+        // Another ledger's time is a field like any other, and completes the row.
+        assert_eq!(*without_own_ingested_at(&fed_back, at + 1), fed_back);
+        let Merge::Complete(_, added) = merge(&open(), &without_own_ingested_at(&fed_back, at + 1)) else {
+            panic!("completes")
+        };
+        assert_eq!(added, ["attrs"]);
     }
 }

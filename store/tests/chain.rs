@@ -13,7 +13,7 @@ use laneledger_store::tables::{
     DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 const START: &str = "2026-09-01T00:00:00Z";
 
@@ -489,6 +489,13 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
     );
     downgrade_to_v2(&Ledger::open(&path).unwrap());
 
+    // Opened read-only, an older file is refused: migrating it would write.
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (2, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(Ledger::open(&path).unwrap().migrated_from(), Some(2));
     let l = Ledger::open(&path).unwrap();
     assert_eq!(l.migrated_from(), None, "migrated once");

@@ -12,7 +12,6 @@ use laneledger_store::tables::ATTEMPT;
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, parse_timestamp};
 use laneledger_web::retention::{Clock, spawn_schedule};
 use laneledger_web::{AppState, app};
-use redb::ReadableDatabase;
 use tower::ServiceExt;
 
 fn ts(s: &str) -> i64 {

@@ -186,6 +186,19 @@ pub fn error_kind(status: u32, zai_code: u32) -> u8 {
     KE_OK
 }
 
+/// The `error_kind` of an attempt (the `job_attempt` column): seed 002 `error_kind(http_status,
+/// provider_code)` where either is present, else `None`; an absent one counts as 0, as the seed's
+/// "0 when there is none".
+pub fn error_kind_of(http_status: Option<u16>, provider_code: Option<u32>) -> Option<ErrorKind> {
+    if http_status.is_none() && provider_code.is_none() {
+        return None;
+    }
+    Some(classify(
+        u32::from(http_status.unwrap_or(0)),
+        provider_code.unwrap_or(0),
+    ))
+}
+
 /// [`error_kind`] as a typed [`ErrorKind`] (seed 002 `error_kind`). `status` is the HTTP status (0
 /// for no response), `code` the z.ai business code (0 for none).
 pub fn classify(status: u32, code: u32) -> ErrorKind {
