@@ -291,6 +291,59 @@ fn a_damaged_ledger_exits_4_naming_the_file_instead_of_panicking() {
     }
 }
 
+#[test]
+fn a_record_that_cannot_be_decoded_exits_4_for_every_reading_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db_s = db.to_str().unwrap();
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    assert_eq!(
+        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    {
+        // One attempt row's value replaced by bytes that are no attempt (a version tag 255).
+        let l = laneledger_store::Ledger::open(&db).unwrap();
+        let txn = l.database().begin_write().unwrap();
+        txn.open_table(laneledger_store::tables::ATTEMPT)
+            .unwrap()
+            .insert(("pin-job-000007", 1), [255u8, 1, 2].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let out = dir.path().join("export");
+    for args in [
+        &["sql", "--db", db_s, "SELECT count(DISTINCT job_id) FROM job_attempt"][..],
+        &[
+            "export",
+            "--db",
+            db_s,
+            "--format",
+            "csv",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &["review", "--db", db_s, "--week", "2026-W48"],
+        &["verify", "--db", db_s],
+    ] {
+        let o = run(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {e}");
+        if args[0] == "verify" {
+            assert!(
+                e.contains("first bad record: attempt job_id=pin-job-000007 attempt_no=1"),
+                "{e}"
+            );
+        } else {
+            assert!(
+                e.contains("cannot be decoded (")
+                    && e.contains("): the ledger file is damaged; `laneledger verify` names the record"),
+                "{args:?}: {e}"
+            );
+        }
+    }
+}
+
 /// Makes `path` unwritable for this process: mode 0444, and for root (whom modes do not stop)
 /// the immutable flag. False when neither stops a write here.
 fn make_unwritable(path: &Path) -> bool {
@@ -345,6 +398,25 @@ fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
         stderr(&o),
         format!("laneledger: ledger {db_s} is open read-only (the file cannot be written), so it takes no writes\n")
     );
+    // A sweep is refused before it writes its archive.
+    let archive = dir.path().join("archive");
+    let o = run(&[
+        "retain",
+        "--db",
+        db_s,
+        "--days",
+        "1",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "laneledger: sweeping {db_s}: ledger {db_s} is open read-only (the file cannot be written), so it takes no writes\n"
+        )
+    );
+    assert!(!archive.exists());
     let _ = Command::new("chattr").arg("-i").arg(&db).status();
 }
 
@@ -412,11 +484,30 @@ fn export_tree(out: &Path) -> (Vec<String>, usize, u64) {
     (folders, files, bytes)
 }
 
+/// `laneledger export --format csv` of `db` into `out`: the day files written, in day order.
+fn export_csv(db: &str, out: &Path) -> Vec<String> {
+    let o = run(&["export", "--db", db, "--format", "csv", "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (days, _, _) = export_tree(out);
+    days.iter()
+        .map(|d| out.join(d).join("attempts.csv").to_str().unwrap().to_string())
+        .collect()
+}
+
+/// `laneledger ingest --db db FILES…`: its summary line, after checking it exits 0.
+fn ingest_summary(db: &str, files: &[String]) -> String {
+    let mut args = vec!["ingest", "--db", db];
+    args.extend(files.iter().map(String::as_str));
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    stdout(&o)
+}
+
 #[test]
 fn a_csv_export_ingested_into_a_new_ledger_gives_back_the_same_attempts() {
     let dir = tempfile::tempdir().unwrap();
-    let (old, new) = (dir.path().join("old.redb"), dir.path().join("new.redb"));
-    let (old_s, new_s) = (old.to_str().unwrap(), new.to_str().unwrap());
+    let db = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (first, second, third) = (db("first.redb"), db("second.redb"), db("third.redb"));
     let samples: Vec<String> = [
         "drill-nopin-2026-W47.ndjson",
         "drill-pin-2026-W48.ndjson",
@@ -425,44 +516,21 @@ fn a_csv_export_ingested_into_a_new_ledger_gives_back_the_same_attempts() {
     .iter()
     .map(|f| sample(f).to_str().unwrap().to_string())
     .collect();
-    let mut args = vec!["ingest", "--db", old_s];
-    args.extend(samples.iter().map(String::as_str));
-    assert_eq!(run(&args).status.code(), Some(0));
-    let out = dir.path().join("export");
-    let o = run(&[
-        "export",
-        "--db",
-        old_s,
-        "--format",
-        "csv",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let (days, _, _) = export_tree(&out);
-    let files: Vec<String> = days
-        .iter()
-        .map(|d| out.join(d).join("attempts.csv").to_str().unwrap().to_string())
-        .collect();
+    ingest_summary(&first, &samples);
     let o = run(&[
         "sql",
         "--db",
-        old_s,
+        &first,
         "--format",
         "csv",
         "SELECT count(*) AS n FROM job_attempt",
     ]);
     let rows: usize = stdout(&o).lines().nth(1).unwrap().parse().unwrap();
-    let mut args = vec!["ingest", "--db", new_s];
-    args.extend(files.iter().map(String::as_str));
-    let o = run(&args);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(
-        stdout(&o),
-        format!("accepted {rows}, completed 0, duplicate deliveries 0, conflicts 0, rejected 0\n")
-    );
+    let accepted = format!("accepted {rows}, completed 0, duplicate deliveries 0, conflicts 0, rejected 0\n");
+    let duplicates = format!("accepted 0, completed 0, duplicate deliveries {rows}, conflicts 0, rejected 0\n");
+
     // Every column as it was, error_kind (derived) and the routers' own fields (attrs) included;
-    // the new attrs also hold the old ledger's ingested_at.
+    // the new attrs also hold the first ledger's ingested_at.
     let columns = "job_id, idem_key, attempt_no, lane, started_at, ended_at, outcome, tokens_in, tokens_out, \
                    artifact_id, http_status, provider_code, key_id, pool_id, model, error_kind";
     let rows_of = |db: &str, attrs: &str| {
@@ -472,19 +540,28 @@ fn a_csv_export_ingested_into_a_new_ledger_gives_back_the_same_attempts() {
         stdout(&o)
     };
     let was = rows_of(
-        old_s,
+        &first,
         r#"CASE WHEN attrs IS NULL THEN '{"ingested_at":"' || to_char(ingested_at, '%Y-%m-%dT%H:%M:%S%.6fZ') || '"}' ELSE '{"ingested_at":"' || to_char(ingested_at, '%Y-%m-%dT%H:%M:%S%.6fZ') || '",' || substr(attrs, 2) END"#,
     );
-    assert_eq!(rows_of(new_s, "attrs"), was);
     assert_eq!(was.lines().count(), rows + 1);
     assert!(was.contains("trios-bee-runner-2"), "some attempts carry a router field");
-    // Fed back into the ledger it came from, every row is a duplicate delivery.
-    args[2] = old_s;
-    let o = run(&args);
-    assert_eq!(
-        stdout(&o),
-        format!("accepted 0, completed 0, duplicate deliveries {rows}, conflicts 0, rejected 0\n")
-    );
+
+    let first_export = export_csv(&first, &dir.path().join("first-export"));
+    assert_eq!(ingest_summary(&second, &first_export), accepted);
+    assert_eq!(rows_of(&second, "attrs"), was);
+    // A second round: the first ledger's ingested_at stays, so the third ledger equals the second.
+    let second_export = export_csv(&second, &dir.path().join("second-export"));
+    assert_eq!(ingest_summary(&third, &second_export), accepted);
+    assert_eq!(rows_of(&third, "attrs"), was);
+    // Fed back into a ledger that holds the rows, every row is a duplicate delivery.
+    for (db, files) in [
+        (&first, &first_export),
+        (&first, &second_export),
+        (&second, &first_export),
+        (&second, &second_export),
+    ] {
+        assert_eq!(ingest_summary(db, files), duplicates, "{files:?} into {db}");
+    }
 }
 
 #[test]

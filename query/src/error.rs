@@ -13,9 +13,10 @@ pub enum Error {
     /// The SQL could not be parsed or planned (a user error: bad syntax, unknown column…).
     #[error("{0}")]
     Plan(String),
-    /// DataFusion failed while running the query.
+    /// DataFusion failed while running the query. Its text is part of this error's message (with
+    /// the errors it wraps), so it is not also given as the source, which would print it again.
     #[error("query failed: {0}")]
-    Execution(#[source] datafusion::error::DataFusionError),
+    Execution(datafusion::error::DataFusionError),
     /// The answer is larger than [`crate::session::MAX_RESULT_BYTES`] (bytes).
     #[error("the result is larger than {0} bytes; add a LIMIT or aggregate")]
     ResultTooLarge(usize),

@@ -477,10 +477,7 @@ impl AttemptCache {
     /// Concurrent callers wait for one scan instead of each making their own.
     /// Errors: [`scan_columns`]'.
     pub fn columns(&self, columns: &[usize]) -> Result<Vec<RecordBatch>> {
-        let mut cached = self
-            .cached
-            .lock()
-            .map_err(|_| crate::Error::Internal("attempt cache poisoned".into()))?;
+        let mut cached = crate::cache_lock::lock_or_reset(&self.cached, Cached::default);
         // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
         // is never newer than its rows claim.
         let generation = self.ledger.generation();

@@ -206,19 +206,15 @@ async fn cached(
     // Read the generation before the rows: a write that lands meanwhile bumps it, so the cache
     // entry is never newer than its rows claim.
     let generation = ledger.generation();
-    let lock = || {
-        cache
-            .lock()
-            .map_err(|_| DataFusionError::Internal("ledger table cache lock poisoned".into()))
-    };
-    if let Some((g, k, b)) = lock()?.as_ref()
+    let lock = || crate::cache_lock::lock_or_reset(cache, || None);
+    if let Some((g, k, b)) = lock().as_ref()
         && *g == generation
         && k == key
     {
         return Ok(b.clone());
     }
     let batches = Arc::new(blocking(read).await?);
-    *lock()? = Some((generation, key.to_string(), batches.clone()));
+    *lock() = Some((generation, key.to_string(), batches.clone()));
     Ok(batches)
 }
 

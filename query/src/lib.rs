@@ -21,6 +21,7 @@
 
 pub mod attempt_conflict;
 pub mod audits;
+mod cache_lock;
 pub mod decision_conflict;
 pub mod error;
 pub mod export;

@@ -286,6 +286,11 @@ pub async fn sweep(session: &Session, now: i64, opts: &SweepOptions) -> Result<S
     if opts.dry_run {
         return Ok(SweepOutcome::DryRun(plan));
     }
+    // Before the archive is written: a sweep of a file that cannot be written would leave an
+    // archive of attempts it could not remove.
+    if ledger.is_read_only() {
+        return Err(laneledger_store::Error::ReadOnly(ledger.path().to_path_buf()).into());
+    }
     if plan.is_empty() {
         return Ok(SweepOutcome::NothingToRemove(plan));
     }

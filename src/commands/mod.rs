@@ -93,14 +93,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week, a bad export
-/// range), 4 when the ledger file is damaged (as `verify` exits for a ledger that does not
-/// verify), else 1.
+/// range), 4 when the ledger file is damaged (redb's checksums, or a record that cannot be
+/// decoded: as `verify` exits for a ledger that does not verify), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use laneledger_query::Error as Q;
+    if e.chain().any(damaged) {
+        return verify::BROKEN;
+    }
     for cause in e.chain() {
-        if let Some(laneledger_store::Error::Damaged(_)) = cause.downcast_ref::<laneledger_store::Error>() {
-            return verify::BROKEN;
-        }
         if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some() {
             return 2;
         }
@@ -112,6 +112,26 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         }
     }
     1
+}
+
+/// Whether `e`, or an error it wraps (through DataFusion's external errors too), says the ledger
+/// file is damaged: [`laneledger_store::Error::Damaged`] or [`laneledger_store::Error::Corrupt`].
+fn damaged(e: &(dyn std::error::Error + 'static)) -> bool {
+    use laneledger_query::Error as Q;
+    use laneledger_store::Error as S;
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let store = match c.downcast_ref::<Q>() {
+            Some(Q::Store(s)) => Some(s),
+            Some(Q::Execution(df)) => return damaged(df),
+            _ => c.downcast_ref::<S>(),
+        };
+        if matches!(store, Some(S::Damaged(_) | S::Corrupt { .. })) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Opens a ledger that must already exist (for commands that only read).

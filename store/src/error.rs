@@ -25,7 +25,10 @@ pub enum Error {
         supported: u64,
     },
     /// A stored record could not be decoded (corruption, or a bug).
-    #[error("stored {table} record {key} cannot be decoded: {reason}")]
+    #[error(
+        "stored {table} record {key} cannot be decoded ({reason}): the ledger file is damaged; \
+         `laneledger verify` names the record"
+    )]
     Corrupt {
         /// The redb table.
         table: &'static str,

@@ -40,6 +40,9 @@ trait Kind {
     fn reject(r: Reject) -> Self::Incoming;
     /// The record's identity for a conflict message: `job j1 attempt 2`.
     fn identity(i: &Self::Incoming) -> Option<String>;
+    /// Whether [`Kind::write`] hands the records back: then a conflict's identity is formatted
+    /// from them afterwards, for the conflicts only, instead of for every record beforehand.
+    const HANDS_BACK: bool;
     /// One durable write transaction; the records are handed back (when the write keeps them), so
     /// that the parsing thread, which allocated them, frees them.
     fn write(ledger: &Ledger, batch: Vec<Self::Incoming>) -> Result<(Vec<WriteResult>, Vec<Self::Incoming>)>;
@@ -50,6 +53,7 @@ impl Kind for Attempts {
     type Decoder = AttemptDecoder;
     // Encoded on the parsing thread, so the writing thread does less.
     type Incoming = Prepared;
+    const HANDS_BACK: bool = true;
     fn incoming(source: &str, line: u64, raw: String, attempt: Attempt) -> Prepared {
         Prepared::new(Incoming::Attempt {
             source: source.to_string(),
@@ -76,6 +80,7 @@ struct Decisions;
 impl Kind for Decisions {
     type Decoder = DecisionDecoder;
     type Incoming = IncomingDecision;
+    const HANDS_BACK: bool = false;
     fn incoming(source: &str, line: u64, raw: String, decision: Decision) -> IncomingDecision {
         IncomingDecision::Decision {
             source: source.to_string(),
@@ -135,7 +140,8 @@ pub fn ingest_decisions_reader<R: BufRead>(
 }
 
 /// One batch on its way to the writing thread: the records, their line numbers, their names for
-/// conflict messages, and the input bytes read when it was cut (for `progress`).
+/// conflict messages (empty when the write hands the records back, [`Kind::HANDS_BACK`]), and
+/// the input bytes read when it was cut (for `progress`).
 type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
 /// A batch written: its results beside its line numbers, names and bytes read, and the records
 /// themselves when the write handed them back (dropped on the parsing thread).
@@ -169,8 +175,12 @@ fn ingest<K: Kind, R: BufRead>(
         });
         let mut apply = |w: Result<Written<K::Incoming>>, report: &mut IngestReport| -> Result<()> {
             let (results, lines, names, bytes, spent) = w?;
+            let name = |i: usize| match names.get(i) {
+                Some(n) => n.clone(),
+                None => spent.get(i).and_then(K::identity),
+            };
+            record_results(source, &results, &lines, name, report);
             drop(spent);
-            record_results(source, &results, lines, names, report);
             progress(bytes);
             Ok(())
         };
@@ -195,7 +205,10 @@ fn ingest<K: Kind, R: BufRead>(
             }
             let last = done || input_error.is_some();
             if pending.len() >= batch || (last && !pending.is_empty()) {
-                let names: Vec<Option<String>> = pending.iter().map(K::identity).collect();
+                let names: Vec<Option<String>> = match K::HANDS_BACK {
+                    true => Vec::new(),
+                    false => pending.iter().map(K::identity).collect(),
+                };
                 // The next batch starts at full capacity: `take` would leave an empty Vec to grow
                 // (and move every record again) by doubling.
                 let b = (
@@ -244,15 +257,16 @@ fn ingest<K: Kind, R: BufRead>(
     })
 }
 
-/// Adds one batch's results to `report`, with a problem line for each reject and conflict.
+/// Adds one batch's results to `report`, with a problem line for each reject and conflict;
+/// `name(i)` is the identity of the batch's record `i` (`job j1 attempt 2`).
 fn record_results(
     source: &str,
     results: &[WriteResult],
-    lines: Vec<u64>,
-    names: Vec<Option<String>>,
+    lines: &[u64],
+    name: impl Fn(usize) -> Option<String>,
     report: &mut IngestReport,
 ) {
-    for ((result, line), name) in results.iter().zip(lines).zip(names) {
+    for (i, (result, line)) in results.iter().zip(lines).enumerate() {
         report.counters.add(result);
         match result {
             WriteResult::Rejected { field: Some(f), reason } => {
@@ -261,7 +275,7 @@ fn record_results(
             WriteResult::Rejected { field: None, reason } => report.problems.push(format!("{source}:{line}: {reason}")),
             WriteResult::Conflict { fields } => report.problems.push(format!(
                 "{source}:{line}: conflict: {} differs in {}; the first row stays",
-                name.unwrap_or_default(),
+                name(i).unwrap_or_default(),
                 fields.join(", ")
             )),
             _ => {}

@@ -495,6 +495,8 @@ impl Ledger {
             let mut totals = Counters::default();
             // A new row's value is built here: its prepared bytes, then `seq` and `ingested_at`.
             let mut value: Vec<u8> = Vec::with_capacity(512);
+            // Attempts offered in this batch, and how many of them found their key held.
+            let (mut offered, mut held_seen) = (0u64, 0u64);
 
             for Prepared { incoming, encoded } in batch {
                 let result = match incoming {
@@ -516,16 +518,38 @@ impl Ledger {
                         attempt,
                     } => {
                         let key = (attempt.job_id.as_str(), attempt.attempt_no);
-                        let held = match attempts.get(key)? {
-                            Some(v) => Some(decode_attempt(v.value())?),
+                        // Most attempts are new: insert first, and learn whether the key was held
+                        // from what the insert hands back, one B-tree descent instead of two. While
+                        // a quarter or more of this batch were held already (a file delivered
+                        // again), look first instead, so that held rows are not written again.
+                        let look_first = held_seen * 4 > offered;
+                        offered += 1;
+                        let held_bytes = if look_first {
+                            attempts.get(key)?.map(|v| v.value().to_vec())
+                        } else {
+                            value = finish_attempt(std::mem::take(&mut value), encoded, next_seq + 1, now);
+                            attempts.insert(key, value.as_slice())?.map(|v| v.value().to_vec())
+                        };
+                        let held = match &held_bytes {
+                            Some(bytes) => {
+                                held_seen += 1;
+                                if !look_first {
+                                    // The row in force goes back as it was, byte for byte; a
+                                    // completion below replaces it again.
+                                    attempts.insert(key, bytes.as_slice())?;
+                                }
+                                Some(decode_attempt(bytes)?)
+                            }
                             None => None,
                         };
                         match held {
                             None => {
                                 next_seq += 1;
-                                value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
+                                if look_first {
+                                    value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
+                                    attempts.insert(key, value.as_slice())?;
+                                }
                                 let a = attempt;
-                                attempts.insert(key, value.as_slice())?;
                                 by_idem.insert((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no), ())?;
                                 let key = RecordKey::Attempt {
                                     job_id: a.job_id.clone(),

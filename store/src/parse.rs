@@ -7,6 +7,7 @@
 //! after it. [`LineReader`] does the framing for any [`RecordDecoder`]; [`AttemptReader`] is the
 //! attempt reader built on it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::marker::PhantomData;
@@ -65,9 +66,11 @@ pub enum Parsed {
     Reject(Reject),
 }
 
-/// A field value before it is typed: a JSON value, or the text of a CSV cell.
+/// A field value before it is typed: a JSON string (borrowed from the line where it has no
+/// escapes), another JSON value, or the text of a CSV cell.
 #[derive(Clone, Copy)]
 pub(crate) enum Cell<'a> {
+    Str(&'a str),
     Json(&'a Value),
     Text(&'a str),
 }
@@ -76,6 +79,7 @@ impl Cell<'_> {
     /// JSON `null` and an empty CSV cell are "absent".
     pub(crate) fn is_absent(&self) -> bool {
         match self {
+            Cell::Str(_) => false,
             Cell::Json(v) => v.is_null(),
             Cell::Text(s) => s.is_empty(),
         }
@@ -84,7 +88,16 @@ impl Cell<'_> {
     pub(crate) fn to_json(self) -> Value {
         match self {
             Cell::Json(v) => v.clone(),
-            Cell::Text(s) => Value::String(s.to_string()),
+            Cell::Str(s) | Cell::Text(s) => Value::String(s.to_string()),
+        }
+    }
+
+    /// What a JSON cell holds, for a message: `a string`, `a number`…
+    fn json_kind(&self) -> &'static str {
+        match self {
+            Cell::Str(_) => "a string",
+            Cell::Json(v) => json_kind(v),
+            Cell::Text(_) => "text",
         }
     }
 }
@@ -92,12 +105,16 @@ impl Cell<'_> {
 /// A field rule's failure: the field's name and the reason.
 pub(crate) type FieldError = (&'static str, String);
 
-pub(crate) fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+/// The text of a JSON string or a CSV cell, borrowed.
+pub(crate) fn text<'a>(name: &'static str, cell: Cell<'a>) -> Result<&'a str, FieldError> {
     match cell {
-        Cell::Json(Value::String(s)) => Ok(s.clone()),
+        Cell::Str(s) | Cell::Text(s) => Ok(s),
         Cell::Json(other) => Err((name, format!("expected a string, found {}", json_kind(other)))),
-        Cell::Text(s) => Ok(s.to_string()),
     }
+}
+
+pub(crate) fn string(name: &'static str, cell: Cell) -> Result<String, FieldError> {
+    text(name, cell).map(str::to_string)
 }
 
 pub(crate) fn id(name: &'static str, cell: Cell) -> Result<String, FieldError> {
@@ -121,8 +138,8 @@ pub(crate) fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Res
             (None, Some(i)) => i as i128,
             _ => return Err((name, format!("expected an integer, found {n}"))),
         },
-        Cell::Json(other) => {
-            return Err((name, format!("expected an integer, found {}", json_kind(other))));
+        Cell::Json(_) | Cell::Str(_) => {
+            return Err((name, format!("expected an integer, found {}", cell.json_kind())));
         }
         Cell::Text(s) => s
             .trim()
@@ -136,8 +153,7 @@ pub(crate) fn integer(name: &'static str, cell: Cell, min: u64, max: u64) -> Res
 }
 
 pub(crate) fn timestamp(name: &'static str, cell: Cell) -> Result<i64, FieldError> {
-    let s = string(name, cell)?;
-    parse_timestamp(&s).map_err(|reason| (name, reason))
+    parse_timestamp(text(name, cell)?).map_err(|reason| (name, reason))
 }
 
 /// A finite number (seconds, for the gate's fields): a JSON number, or a CSV cell's decimal text.
@@ -147,7 +163,9 @@ pub(crate) fn number(name: &'static str, cell: Cell, non_negative: bool) -> Resu
         Cell::Json(Value::Number(n)) => n
             .as_f64()
             .ok_or_else(|| (name, format!("expected a number, found {n}")))?,
-        Cell::Json(other) => return Err((name, format!("expected a number, found {}", json_kind(other)))),
+        Cell::Json(_) | Cell::Str(_) => {
+            return Err((name, format!("expected a number, found {}", cell.json_kind())));
+        }
         Cell::Text(s) => s
             .trim()
             .parse::<f64>()
@@ -166,7 +184,7 @@ pub(crate) fn number(name: &'static str, cell: Cell, non_negative: bool) -> Resu
 pub(crate) fn boolean(name: &'static str, cell: Cell) -> Result<bool, FieldError> {
     match cell {
         Cell::Json(Value::Bool(b)) => Ok(*b),
-        Cell::Json(other) => Err((name, format!("expected true or false, found {}", json_kind(other)))),
+        Cell::Json(_) | Cell::Str(_) => Err((name, format!("expected true or false, found {}", cell.json_kind()))),
         Cell::Text(s) => match s.trim() {
             t if t.eq_ignore_ascii_case("true") || t == "1" => Ok(true),
             t if t.eq_ignore_ascii_case("false") || t == "0" => Ok(false),
@@ -188,7 +206,8 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
 
 /// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`,
 /// except `job_attempt`'s derived columns as an export writes them: an `error_kind` equal to the
-/// derived one is dropped, and an `attrs` JSON object gives back its members.
+/// derived one is dropped, an `attrs` JSON object gives back its members, and an `ingested_at`
+/// is kept only when those members hold none.
 fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
     let mut job_id = None;
     let mut idem_key = None;
@@ -216,6 +235,7 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
     let mut attrs: BTreeMap<String, Value> = BTreeMap::new();
     let mut stated_kind: Option<Value> = None;
     let mut carried: Option<Value> = None;
+    let mut stated_ingested: Option<Value> = None;
     for (name, cell) in cells {
         if cell.is_absent() {
             continue;
@@ -251,6 +271,7 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             // `job_attempt`'s own columns, as an export carries them: settled below.
             "error_kind" => stated_kind = Some(cell.to_json()),
             "attrs" => carried = Some(cell.to_json()),
+            "ingested_at" => stated_ingested = Some(cell.to_json()),
             other => {
                 attrs.insert(other.to_string(), cell.to_json());
             }
@@ -280,6 +301,12 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             }
         }
     }
+    // ingested_at is when a ledger took the record: an export's is kept among the other fields,
+    // unless they hold one already (an export of a ledger that was itself rebuilt from an export,
+    // or a router's own field): the first one is kept.
+    if let Some(value) = stated_ingested {
+        attrs.entry("ingested_at".to_string()).or_insert(value);
+    }
     a.job_id = job_id.ok_or(("job_id", "missing".to_string()))?;
     a.idem_key = idem_key.ok_or(("idem_key", "missing".to_string()))?;
     a.attempt_no = attempt_no.ok_or(("attempt_no", "missing".to_string()))?;
@@ -292,21 +319,112 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
 }
 
 /// A JSON object's members in input order; a repeated key is an error, not "last one wins".
-struct Members(Vec<(String, Value)>);
+struct Members<'a>(Vec<(Name<'a>, Member<'a>)>);
 
-impl<'de> serde::Deserialize<'de> for Members {
+/// A member's name, borrowed from the line unless it has escapes.
+struct Name<'a>(Cow<'a, str>);
+
+/// A member's value: a string borrowed from the line unless it has escapes (most fields are
+/// strings, so most need no copy before the one into the record), or any other JSON value.
+enum Member<'a> {
+    Str(Cow<'a, str>),
+    Other(Value),
+}
+
+impl<'a> Member<'a> {
+    fn cell(&self) -> Cell<'_> {
+        match self {
+            Member::Str(s) => Cell::Str(s),
+            Member::Other(v) => Cell::Json(v),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Name<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Members;
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Member<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Member<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Member<'de>, E> {
+                Ok(Member::Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Member<'de>, E> {
+                Ok(Member::Str(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Member<'de>, E> {
+                Ok(Member::Str(Cow::Owned(s)))
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Member<'de>, E> {
+                Ok(Member::Other(Value::Bool(b)))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Member<'de>, E> {
+                Ok(Member::Other(Value::from(n)))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Member<'de>, E> {
+                Ok(Member::Other(Value::from(n)))
+            }
+            fn visit_f64<E>(self, x: f64) -> Result<Member<'de>, E> {
+                // As serde_json's own `Value` does.
+                Ok(Member::Other(
+                    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
+                ))
+            }
+            fn visit_unit<E>(self) -> Result<Member<'de>, E> {
+                Ok(Member::Other(Value::Null))
+            }
+            fn visit_none<E>(self) -> Result<Member<'de>, E> {
+                Ok(Member::Other(Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Member<'de>, A::Error> {
+                <Value as serde::Deserialize>::deserialize(SeqAccessDeserializer::new(seq)).map(Member::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Member<'de>, A::Error> {
+                <Value as serde::Deserialize>::deserialize(MapAccessDeserializer::new(map)).map(Member::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                let mut out: Vec<(String, Value)> = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Value>()? {
-                    if out.iter().any(|(seen, _)| *seen == k) {
-                        return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out: Vec<(Name<'de>, Member<'de>)> = Vec::with_capacity(16);
+                while let Some((k, v)) = map.next_entry::<Name<'de>, Member<'de>>()? {
+                    if out.iter().any(|(seen, _)| seen.0 == k.0) {
+                        return Err(serde::de::Error::custom(format!("duplicate key {:?}", k.0)));
                     }
                     out.push((k, v));
                 }
@@ -327,7 +445,7 @@ pub(crate) fn from_json_with<T>(
     decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
 ) -> Result<T, LineError> {
     let members: Members = serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?;
-    decode(&mut members.0.iter().map(|(k, v)| (k.as_str(), Cell::Json(v)))).map_err(|(f, r)| (Some(f.to_string()), r))
+    decode(&mut members.0.iter().map(|(k, v)| (k.0.as_ref(), v.cell()))).map_err(|(f, r)| (Some(f.to_string()), r))
 }
 
 /// Decodes one CSV row given the header's column names; a row of another width is refused.
@@ -944,9 +1062,16 @@ mod tests {
             attrs(&row("quota", "[1]")).as_deref(),
             Some(r#"{"attrs":"[1]","ingested_at":"2026-11-20T00:00:00Z"}"#)
         );
+        let mut other = row("quota", r#"{"router":"r2"}"#);
+        other[7] = "r1";
         assert_eq!(
-            attrs(&row("quota", r#"{"ingested_at":"2026-11-01T00:00:00Z"}"#)).as_deref(),
-            Some(r#"{"attrs":"{\"ingested_at\":\"2026-11-01T00:00:00Z\"}","ingested_at":"2026-11-20T00:00:00Z"}"#)
+            attrs(&other).as_deref(),
+            Some(r#"{"attrs":"{\"router\":\"r2\"}","ingested_at":"2026-11-20T00:00:00Z","router":"r1"}"#)
+        );
+        // An export of a ledger rebuilt from an export: the first ledger's ingested_at is kept.
+        assert_eq!(
+            attrs(&row("quota", r#"{"ingested_at":"2026-11-01T00:00:00Z","router":"r1"}"#)).as_deref(),
+            Some(r#"{"ingested_at":"2026-11-01T00:00:00Z","router":"r1"}"#)
         );
         let mut same = row("quota", r#"{"router":"r1"}"#);
         same[7] = "r1";

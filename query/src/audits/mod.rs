@@ -459,9 +459,7 @@ fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
 /// The snapshot of `ledger` at its current write generation, built once and shared: a table
 /// asking while another builds it waits for that build instead of making its own.
 fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
-    let mut guard = shared
-        .lock()
-        .map_err(|_| crate::Error::Internal("audit snapshot lock poisoned".into()))?;
+    let mut guard = crate::cache_lock::lock_or_reset(shared, || None);
     // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
     // snapshot is never labelled newer than its rows.
     let generation = ledger.generation();
