@@ -282,14 +282,13 @@ impl LedgerDb {
 #[derive(Clone)]
 pub struct Ledger {
     db: Arc<LedgerDb>,
-    path: PathBuf,
     generation: Arc<AtomicU64>,
     migrated_from: Option<u64>,
 }
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ledger").field("path", &self.path).finish()
+        f.debug_struct("Ledger").field("path", &self.db.path).finish()
     }
 }
 
@@ -418,11 +417,7 @@ impl Ledger {
 
     fn with_handle(handle: Handle, path: PathBuf, migrated_from: Option<u64>) -> Self {
         Ledger {
-            db: Arc::new(LedgerDb {
-                handle,
-                path: path.clone(),
-            }),
-            path,
+            db: Arc::new(LedgerDb { handle, path }),
             generation: Arc::new(AtomicU64::new(0)),
             migrated_from,
         }
@@ -443,7 +438,7 @@ impl Ledger {
 
     /// The ledger file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.db.path
     }
 
     /// A number that changes after every committed write through this handle (or a clone of it).
