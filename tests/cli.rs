@@ -247,6 +247,41 @@ fn reading_commands_need_an_existing_ledger() {
 }
 
 #[test]
+fn commands_that_only_read_leave_the_ledger_file_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.redb");
+    let db_s = db.to_str().unwrap();
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    assert_eq!(
+        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let before = std::fs::read(&db).unwrap();
+    let out = dir.path().join("export");
+    for args in [
+        &["sql", "--db", db_s, "SELECT count(*) FROM job_attempt"][..],
+        &["review", "--db", db_s, "--week", "2026-W48"],
+        &[
+            "export",
+            "--db",
+            db_s,
+            "--format",
+            "csv",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &["retain", "--db", db_s, "--days", "1", "--dry-run"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(std::fs::read(&db).unwrap() == before, "{args:?} changed the file");
+    }
+    // verify logs its run, so it writes.
+    assert_eq!(run(&["verify", "--db", db_s]).status.code(), Some(0));
+    assert!(std::fs::read(&db).unwrap() != before);
+}
+
+#[test]
 fn a_damaged_ledger_exits_4_naming_the_file_instead_of_panicking() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.redb");

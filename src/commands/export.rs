@@ -22,7 +22,7 @@ pub fn run(
         ExportFormatArg::Arrow => ExportFormat::Arrow,
         ExportFormatArg::Csv => ExportFormat::Csv,
     };
-    let ledger = super::open_existing(db)?;
+    let ledger = super::open_to_read(db)?;
     let summary = export::export(&ledger, format, out, since, until)?;
     super::print(&format!("{summary}\n"))?;
     Ok(ExitCode::SUCCESS)

@@ -134,10 +134,19 @@ fn damaged(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Opens a ledger that must already exist (for commands that only read).
+/// Opens a ledger that must already exist, writable unless the file cannot be written (`verify`
+/// logs its run, `retain` sweeps).
 pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
     must_exist(db)?;
     open(db)
+}
+
+/// Opens a ledger that must already exist, for a command that only reads (`sql`, `review`,
+/// `export`, `retain --dry-run`): read-only where it can be, so the file is left as it was
+/// ([`Ledger::open_to_read`]).
+pub fn open_to_read(db: &Path) -> anyhow::Result<Ledger> {
+    must_exist(db)?;
+    opened(db, Ledger::open_to_read(db))
 }
 
 /// [`open_existing`] with redb's integrity check first ([`Ledger::open_checked`]): for `verify`.

@@ -72,7 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(t) => parse_timestamp(t).map_err(|e| anyhow::anyhow!("--now: {e}"))?,
         None => now_micros(),
     };
-    let ledger = super::open_existing(&args.db)?;
+    let ledger = if args.dry_run {
+        super::open_to_read(&args.db)?
+    } else {
+        super::open_existing(&args.db)?
+    };
     let outcome = super::runtime()?.block_on(async {
         let session = Session::with_config(ledger, config).await?;
         let opts = SweepOptions {

@@ -9,7 +9,7 @@ use crate::cli::ReviewFormat;
 
 pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let config = super::load_config(config)?;
-    let ledger = super::open_existing(db)?;
+    let ledger = super::open_to_read(db)?;
     let (review, sections) = super::runtime()?.block_on(async {
         let session = Session::with_config(ledger, config).await?;
         session.review_with_sections(week, &session.thresholds()).await

@@ -8,7 +8,7 @@ use laneledger_query::{OutputFormat, Session, format_result};
 use crate::cli::SqlFormat;
 
 pub fn run(db: &Path, format: SqlFormat, sql: &str) -> anyhow::Result<ExitCode> {
-    let ledger = super::open_existing(db)?;
+    let ledger = super::open_to_read(db)?;
     let sql = if sql == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else {

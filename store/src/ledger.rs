@@ -415,6 +415,19 @@ impl Ledger {
         }
     }
 
+    /// Opens an existing ledger for reading without writing to it where it can: read-only
+    /// ([`Ledger::open_read_only`]), so that reading leaves the file's bytes as they were and
+    /// several readers may share it. A file that must be written first is opened as
+    /// [`Ledger::open`] does: one of an older format (migrated) or one a crash left needing
+    /// recovery (repaired). Errors as [`Ledger::open`].
+    pub fn open_to_read(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        match Self::open_read_only(path) {
+            Err(Error::ReadOnlyNeedsMigration { .. } | Error::Storage(redb::Error::RepairAborted)) => Self::open(path),
+            opened => opened,
+        }
+    }
+
     fn with_handle(handle: Handle, path: PathBuf, migrated_from: Option<u64>) -> Self {
         Ledger {
             db: Arc::new(LedgerDb { handle, path }),
