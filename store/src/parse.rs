@@ -204,10 +204,68 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`,
-/// except `job_attempt`'s derived columns as an export writes them: an `error_kind` equal to the
-/// derived one is dropped, an `attrs` JSON object gives back its members, and an `ingested_at`
-/// is kept only when those members hold none.
+/// Fields named like `job_attempt`'s derived columns (`error_kind`, `attrs`, `ingested_at`), as a
+/// record carried them.
+struct ExportColumns {
+    error_kind: Option<Value>,
+    attrs: Option<Value>,
+    ingested_at: Option<Value>,
+}
+
+impl ExportColumns {
+    /// As any other field: each kept under its name.
+    fn keep(self, attrs: &mut BTreeMap<String, Value>) {
+        for (name, value) in [
+            ("error_kind", self.error_kind),
+            ("attrs", self.attrs),
+            ("ingested_at", self.ingested_at),
+        ] {
+            if let Some(value) = value {
+                attrs.insert(name.to_string(), value);
+            }
+        }
+    }
+
+    /// As a CSV export of `job_attempt` wrote them, so that the export gives back the records it
+    /// came from:
+    /// - `error_kind` is derived (seed 002 `error_kind(http_status, provider_code)`): a value that
+    ///   says the same is not kept, one that says something else is;
+    /// - `attrs` holds the record's other fields as a JSON object: they become its other fields
+    ///   again, unless one would overwrite a different value, and then the whole value is kept
+    ///   under "attrs";
+    /// - `ingested_at`, when a ledger took the record, is kept among the other fields unless they
+    ///   hold one already (an export of a ledger that was itself rebuilt from an export, or a
+    ///   router's own field of that name): that one is kept, and the export's is not.
+    fn settle(self, a: &Attempt, attrs: &mut BTreeMap<String, Value>) {
+        if let Some(kind) = self.error_kind {
+            let derived = error_kind_of(a.http_status, a.provider_code).map(ErrorKind::as_str);
+            if kind.as_str() != derived {
+                attrs.insert("error_kind".to_string(), kind);
+            }
+        }
+        if let Some(value) = self.attrs {
+            let object = match &value {
+                Value::Object(m) => Some(m.clone()),
+                Value::String(s) => serde_json::from_str::<serde_json::Map<String, Value>>(s).ok(),
+                _ => None,
+            };
+            match object {
+                Some(m) if m.iter().all(|(k, v)| attrs.get(k).is_none_or(|held| held == v)) => attrs.extend(m),
+                _ => {
+                    attrs.insert("attrs".to_string(), value);
+                }
+            }
+        }
+        if let Some(value) = self.ingested_at {
+            attrs.entry("ingested_at".to_string()).or_insert(value);
+        }
+    }
+}
+
+/// Builds an attempt from named cells, applying SPEC 1.1's rules. Unknown fields go to `attrs`;
+/// so do fields named like `job_attempt`'s derived columns, except in a CSV row that has all three
+/// (`error_kind`, `attrs`, `ingested_at`: an export fed back), where [`ExportColumns::settle`]
+/// reads them as the export wrote them.
 fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
     let mut job_id = None;
     let mut idem_key = None;
@@ -236,7 +294,13 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
     let mut stated_kind: Option<Value> = None;
     let mut carried: Option<Value> = None;
     let mut stated_ingested: Option<Value> = None;
+    // How many of `job_attempt`'s derived columns the row has, and whether it is a CSV row.
+    let (mut export_columns, mut csv) = (0, false);
     for (name, cell) in cells {
+        csv |= matches!(cell, Cell::Text(_));
+        if matches!(name, "error_kind" | "attrs" | "ingested_at") {
+            export_columns += 1;
+        }
         if cell.is_absent() {
             continue;
         }
@@ -268,7 +332,7 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             "key_id" => a.key_id = Some(string("key_id", cell)?),
             "pool_id" => a.pool_id = Some(string("pool_id", cell)?),
             "model" => a.model = Some(string("model", cell)?),
-            // `job_attempt`'s own columns, as an export carries them: settled below.
+            // `job_attempt`'s own columns, as an export carries them: settled after the loop.
             "error_kind" => stated_kind = Some(cell.to_json()),
             "attrs" => carried = Some(cell.to_json()),
             "ingested_at" => stated_ingested = Some(cell.to_json()),
@@ -277,35 +341,15 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             }
         }
     }
-    // error_kind is derived (seed 002 `error_kind(http_status, provider_code)`): a value that says
-    // the same is not kept; one that says something else is.
-    if let Some(kind) = stated_kind {
-        let derived = error_kind_of(a.http_status, a.provider_code).map(ErrorKind::as_str);
-        if kind.as_str() != derived {
-            attrs.insert("error_kind".to_string(), kind);
-        }
-    }
-    // attrs holds a record's other fields as a JSON object (a `job_attempt` export fed back):
-    // they become the record's other fields again, unless one would overwrite a different value,
-    // in which case the whole value is kept under "attrs".
-    if let Some(value) = carried {
-        let object = match &value {
-            Value::Object(m) => Some(m.clone()),
-            Value::String(s) => serde_json::from_str::<serde_json::Map<String, Value>>(s).ok(),
-            _ => None,
-        };
-        match object {
-            Some(m) if m.iter().all(|(k, v)| attrs.get(k).is_none_or(|held| held == v)) => attrs.extend(m),
-            _ => {
-                attrs.insert("attrs".to_string(), value);
-            }
-        }
-    }
-    // ingested_at is when a ledger took the record: an export's is kept among the other fields,
-    // unless they hold one already (an export of a ledger that was itself rebuilt from an export,
-    // or a router's own field): the first one is kept.
-    if let Some(value) = stated_ingested {
-        attrs.entry("ingested_at".to_string()).or_insert(value);
+    let export = ExportColumns {
+        error_kind: stated_kind,
+        attrs: carried,
+        ingested_at: stated_ingested,
+    };
+    if csv && export_columns == 3 {
+        export.settle(&a, &mut attrs);
+    } else {
+        export.keep(&mut attrs);
     }
     a.job_id = job_id.ok_or(("job_id", "missing".to_string()))?;
     a.idem_key = idem_key.ok_or(("idem_key", "missing".to_string()))?;
@@ -1079,11 +1123,20 @@ mod tests {
             attrs(&same).as_deref(),
             Some(r#"{"ingested_at":"2026-11-20T00:00:00Z","router":"r1"}"#)
         );
-        // In NDJSON, attrs may be the object itself.
-        let line = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","error_kind":null,"attrs":{"router":"r1"}}"#;
+        // Only a CSV row with all three columns is read as an export: elsewhere they are fields
+        // like any other (an NDJSON record, a CSV without ingested_at).
+        let line = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z","http_status":429,"provider_code":1310,"error_kind":"quota","attrs":{"router":"r1"},"ingested_at":"2026-11-20T00:00:00Z"}"#;
         assert_eq!(
             attempt_from_json(line).unwrap().attrs.as_deref(),
-            Some(r#"{"router":"r1"}"#)
+            Some(r#"{"attrs":{"router":"r1"},"error_kind":"quota","ingested_at":"2026-11-20T00:00:00Z"}"#)
+        );
+        let ten = &header[..10];
+        assert_eq!(
+            attempt_from_csv(ten, &row("quota", r#"{"router":"r1"}"#)[..10])
+                .unwrap()
+                .attrs
+                .as_deref(),
+            Some(r#"{"attrs":"{\"router\":\"r1\"}","error_kind":"quota"}"#)
         );
     }
 
