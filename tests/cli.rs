@@ -37,6 +37,17 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A new ledger named `name` in a temporary folder (removed when the folder is dropped), holding
+/// the pin drill sample (422 attempts) ingested by the binary.
+fn pin_ledger(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(name);
+    let sample = sample("drill-pin-2026-W48.ndjson");
+    let o = run(&["ingest", "--db", db.to_str().unwrap(), sample.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    (dir, db)
+}
+
 #[test]
 fn ingest_prints_one_summary_and_reingest_counts_duplicate_deliveries() {
     let dir = tempfile::tempdir().unwrap();
@@ -248,14 +259,8 @@ fn reading_commands_need_an_existing_ledger() {
 
 #[test]
 fn commands_that_only_read_leave_the_ledger_file_as_it_was() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.redb");
+    let (dir, db) = pin_ledger("l.redb");
     let db_s = db.to_str().unwrap();
-    let sample = sample("drill-pin-2026-W48.ndjson");
-    assert_eq!(
-        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
-        Some(0)
-    );
     let before = std::fs::read(&db).unwrap();
     let out = dir.path().join("export");
     for args in [
@@ -283,14 +288,8 @@ fn commands_that_only_read_leave_the_ledger_file_as_it_was() {
 
 #[test]
 fn a_damaged_ledger_exits_4_naming_the_file_instead_of_panicking() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.redb");
+    let (_dir, db) = pin_ledger("l.redb");
     let db_s = db.to_str().unwrap();
-    let sample = sample("drill-pin-2026-W48.ndjson");
-    assert_eq!(
-        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
-        Some(0)
-    );
     // Every B-tree leaf page that holds a pin job gets an entry count of 65,535, so reading the
     // page indexes past its end: redb trusts the pages it reads and panics on such a page.
     let mut bytes = std::fs::read(&db).unwrap();
@@ -328,14 +327,8 @@ fn a_damaged_ledger_exits_4_naming_the_file_instead_of_panicking() {
 
 #[test]
 fn a_record_that_cannot_be_decoded_exits_4_for_every_reading_command() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.redb");
+    let (dir, db) = pin_ledger("l.redb");
     let db_s = db.to_str().unwrap();
-    let sample = sample("drill-pin-2026-W48.ndjson");
-    assert_eq!(
-        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
-        Some(0)
-    );
     {
         // One attempt row's value replaced by bytes that are no attempt (a version tag 255).
         let l = laneledger_store::Ledger::open(&db).unwrap();
@@ -394,12 +387,10 @@ fn make_unwritable(path: &Path) -> bool {
 
 #[test]
 fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("l.redb");
+    let (dir, db) = pin_ledger("l.redb");
     let db_s = db.to_str().unwrap();
     let sample = sample("drill-pin-2026-W48.ndjson");
     let sample = sample.to_str().unwrap();
-    assert_eq!(run(&["ingest", "--db", db_s, sample]).status.code(), Some(0));
     if !make_unwritable(&db) {
         // Neither a mode nor the immutable flag stops this user writing (root without
         // CAP_LINUX_IMMUTABLE): there is no read-only file to test with.
@@ -458,14 +449,8 @@ fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
 #[test]
 fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
     use laneledger_store::tables::{CHAIN_BLOCK, COUNTER, FORMAT_VERSION, META};
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("old.redb");
+    let (_dir, db) = pin_ledger("old.redb");
     let db_s = db.to_str().unwrap();
-    let sample = sample("drill-pin-2026-W48.ndjson");
-    assert_eq!(
-        run(&["ingest", "--db", db_s, sample.to_str().unwrap()]).status.code(),
-        Some(0)
-    );
     {
         // The file as format version 1 left it: the same records, no chain.
         let l = laneledger_store::Ledger::open(&db).unwrap();
