@@ -6,7 +6,7 @@ use datafusion::arrow::array::{
     ArrayRef, Int64Builder, RecordBatch, RecordBatchOptions, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use laneledger_store::{AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
+use laneledger_store::{AttemptChanges, AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
 
 use crate::error::Result;
 
@@ -309,6 +309,12 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
 /// in key order, so the table's declared order holds. Errors: the first storage or decode error,
 /// or [`crate::Error::Internal`] for a column index past [`COLUMNS`].
 pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+    Ok(scan_columns_at(ledger, columns)?.0)
+}
+
+/// [`scan_columns`], with the chain position of the snapshot read (for
+/// [`Ledger::attempt_changes_since`]).
+pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<RecordBatch>, u64)> {
     if let Some(&bad) = columns.iter().find(|&&c| c >= COLUMNS) {
         return Err(crate::Error::Internal(format!("job_attempt has no column {bad}")));
     }
@@ -327,6 +333,7 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
     // Decoded chunks go back to the reader to be filled again (see `attempt_chunks_reusing`).
     let (spare_tx, spare_rx) = std::sync::mpsc::channel::<AttemptChunk>();
     let mut batches: Vec<(usize, RecordBatch)> = Vec::new();
+    let mut position = 0;
     std::thread::scope(|scope| -> Result<()> {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -366,7 +373,13 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
             },
         );
         drop(tx);
-        let mut first_err = read.err();
+        let mut first_err = match read {
+            Ok(p) => {
+                position = p;
+                None
+            }
+            Err(e) => Some(e),
+        };
         for h in handles {
             match h.join() {
                 Ok(Ok(mut out)) => batches.append(&mut out),
@@ -381,7 +394,7 @@ pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatc
     if out.is_empty() {
         out.push(RecordBatch::new_empty(schema));
     }
-    Ok(out)
+    Ok((out, position))
 }
 
 /// One chunk of raw values as one batch of `columns`.
@@ -399,29 +412,41 @@ fn decode_chunk(
 }
 
 /// The ledger's attempts as Arrow columns ([`scan_columns`]), kept for the write generation they
-/// were read at ([`Ledger::generation`]) and read again after any commit, so an acknowledged
-/// record is in the next answer. Only the columns queries asked for are built and kept (plus the
-/// key columns job_id and attempt_no); `job_attempt`, `job_rollup` and `idem_artifacts` share one,
-/// so a ledger is scanned once per write for all three.
+/// were read at ([`Ledger::generation`]) and brought up to date after any commit, so an
+/// acknowledged record is in the next answer. After a write only the attempts it inserted or
+/// completed are read from the ledger ([`Ledger::attempt_changes_since`]) and merged into the
+/// columns held, in key order; everything is read again only after a retention sweep or a write
+/// too large to merge. Only the columns queries asked for are built and kept (plus the key
+/// columns job_id and attempt_no); `job_attempt`, `job_rollup` and `idem_artifacts` share one.
 pub struct AttemptCache {
     ledger: Ledger,
     cached: std::sync::Mutex<Cached>,
     /// Scans of the ledger made so far.
     scans: std::sync::atomic::AtomicU64,
+    /// Writes merged into the columns held so far, instead of a scan.
+    merges: std::sync::atomic::AtomicU64,
 }
 
-/// The columns read at one generation: each column's arrays, one per chunk of rows.
+/// The columns read at one generation: each column's arrays, one per chunk of rows, in
+/// (job_id, attempt_no) order across the chunks.
 #[derive(Default)]
 struct Cached {
     generation: Option<u64>,
+    /// The chain position of the snapshot the columns hold ([`Ledger::attempt_changes_since`]).
+    position: u64,
     /// Rows per chunk.
     chunk_rows: Vec<usize>,
     columns: std::collections::BTreeMap<usize, Vec<ArrayRef>>,
 }
 
+/// A chunk that grows past this many rows by merges is cut into chunks of [`BATCH_ROWS`].
+const CHUNK_ROWS_MAX: usize = 2 * BATCH_ROWS;
+
 impl Cached {
-    /// Takes `batches` (of `columns`, in that order) as this generation's arrays of those columns.
-    fn keep(&mut self, columns: &[usize], batches: &[RecordBatch]) {
+    /// Takes `batches` (of `columns`, in that order), read at chain position `position`, as
+    /// this generation's arrays of those columns.
+    fn keep(&mut self, columns: &[usize], batches: &[RecordBatch], position: u64) {
+        self.position = position;
         self.chunk_rows = batches.iter().map(RecordBatch::num_rows).collect();
         for (i, &c) in columns.iter().enumerate() {
             self.columns
@@ -429,20 +454,123 @@ impl Cached {
         }
     }
 
-    /// Whether `batches` (of `columns`) hold the same keys, chunk for chunk, as the cached ones.
-    fn same_keys(&self, columns: &[usize], batches: &[RecordBatch]) -> bool {
-        batches.len() == self.chunk_rows.len()
-            && KEY_COLUMNS.iter().all(|k| {
-                let i = columns.iter().position(|c| c == k);
-                match (i, self.columns.get(k)) {
-                    (Some(i), Some(cached)) => batches
-                        .iter()
-                        .zip(cached)
-                        .all(|(b, a)| b.column(i).as_ref() == a.as_ref()),
-                    _ => false,
-                }
-            })
+    /// Rows held.
+    fn rows(&self) -> usize {
+        self.chunk_rows.iter().sum()
     }
+
+    /// The key (job_id, attempt_no) of row `i` of chunk `k`.
+    fn key(&self, k: usize, i: usize) -> Result<(&str, i64)> {
+        key_at(&self.columns[&KEY_COLUMNS[0]][k], &self.columns[&KEY_COLUMNS[1]][k], i)
+    }
+
+    /// Merges `rows` (the rows in force of attempts a write inserted or completed, in
+    /// (job_id, attempt_no) order, each once) into the columns held: a row whose key is held
+    /// replaces it, any other is inserted at its place in key order. Only the chunks the rows
+    /// fall into are rebuilt; a chunk grown past [`CHUNK_ROWS_MAX`] is cut.
+    fn merge(&mut self, rows: &[StoredAttempt]) -> Result<()> {
+        use datafusion::arrow::compute::interleave;
+        let held: Vec<usize> = self.columns.keys().copied().collect();
+        let mut want = [false; COLUMNS];
+        for &c in &held {
+            want[c] = true;
+        }
+        let delta_schema: SchemaRef = Arc::new(
+            schema()
+                .project(&held)
+                .map_err(datafusion::error::DataFusionError::from)?,
+        );
+        let mut b = Builders::for_columns(rows.len(), want);
+        for r in rows {
+            b.push(r.as_ref());
+        }
+        let delta = b.finish_columns(&held, &delta_schema)?;
+        let at = |c: usize| held.iter().position(|&h| h == c).expect("key columns are held");
+        let (delta_jobs, delta_nos) = (delta.column(at(KEY_COLUMNS[0])), delta.column(at(KEY_COLUMNS[1])));
+        let delta_key = |d: usize| key_at(delta_jobs, delta_nos, d);
+        let chunks = self.chunk_rows.len();
+        let mut d = 0;
+        let mut k = 0;
+        while d < rows.len() {
+            // The first chunk whose last key is at or past the row's, or the last chunk.
+            while k + 1 < chunks && self.key(k, self.chunk_rows[k] - 1)? < delta_key(d)? {
+                k += 1;
+            }
+            let first = d;
+            while d < rows.len() && (k + 1 == chunks || delta_key(d)? <= self.key(k, self.chunk_rows[k] - 1)?) {
+                d += 1;
+            }
+            // Row order of the rebuilt chunk: (0, i) is the chunk's row i, (1, d) the delta's row d.
+            let len = self.chunk_rows[k];
+            let mut order: Vec<(usize, usize)> = Vec::with_capacity(len + d - first);
+            let (mut i, mut j) = (0, first);
+            while i < len || j < d {
+                let take_old = j == d || (i < len && self.key(k, i)? < delta_key(j)?);
+                if take_old {
+                    order.push((0, i));
+                    i += 1;
+                } else {
+                    if i < len && self.key(k, i)? == delta_key(j)? {
+                        i += 1;
+                    }
+                    order.push((1, j));
+                    j += 1;
+                }
+            }
+            for (ci, c) in held.iter().enumerate() {
+                let arrays = self.columns.get_mut(c).expect("held");
+                let merged = interleave(&[arrays[k].as_ref(), delta.column(ci).as_ref()], &order)
+                    .map_err(datafusion::error::DataFusionError::from)?;
+                arrays[k] = merged;
+            }
+            self.chunk_rows[k] = order.len();
+        }
+        if self.chunk_rows.iter().any(|&r| r > CHUNK_ROWS_MAX) {
+            self.cut();
+        }
+        Ok(())
+    }
+
+    /// Cuts every chunk longer than [`CHUNK_ROWS_MAX`] into chunks of [`BATCH_ROWS`] (slices,
+    /// no copy).
+    fn cut(&mut self) {
+        let pieces: Vec<Vec<(usize, usize)>> = self
+            .chunk_rows
+            .iter()
+            .map(|&rows| match rows > CHUNK_ROWS_MAX {
+                true => (0..rows)
+                    .step_by(BATCH_ROWS)
+                    .map(|at| (at, BATCH_ROWS.min(rows - at)))
+                    .collect(),
+                false => vec![(0, rows)],
+            })
+            .collect();
+        for arrays in self.columns.values_mut() {
+            *arrays = arrays
+                .iter()
+                .zip(&pieces)
+                .flat_map(|(a, p)| p.iter().map(|&(at, len)| a.slice(at, len)))
+                .collect();
+        }
+        self.chunk_rows = pieces.iter().flatten().map(|&(_, len)| len).collect();
+    }
+}
+
+/// The key (job_id, attempt_no) of row `i` of a job_id and an attempt_no array.
+fn key_at<'a>(jobs: &'a ArrayRef, nos: &ArrayRef, i: usize) -> Result<(&'a str, i64)> {
+    use datafusion::arrow::array::{Array, Int64Array, StringArray};
+    let jobs = jobs
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| crate::Error::Internal("job_id is not Utf8".into()))?;
+    let nos = nos
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| crate::Error::Internal("attempt_no is not Int64".into()))?;
+    if i >= jobs.len() || i >= nos.len() {
+        return Err(crate::Error::Internal(format!("no row {i} in a cached chunk")));
+    }
+    Ok((jobs.value(i), nos.value(i)))
 }
 
 impl AttemptCache {
@@ -452,6 +580,7 @@ impl AttemptCache {
             ledger,
             cached: std::sync::Mutex::new(Cached::default()),
             scans: std::sync::atomic::AtomicU64::new(0),
+            merges: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -460,10 +589,39 @@ impl AttemptCache {
         self.scans.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// [`scan_columns`], counted.
-    fn scan(&self, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+    /// How many writes this cache has merged into the columns it held instead of scanning.
+    pub fn merges(&self) -> u64 {
+        self.merges.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// [`scan_columns_at`], counted.
+    fn scan(&self, columns: &[usize]) -> Result<(Vec<RecordBatch>, u64)> {
         self.scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        scan_columns(&self.ledger, columns)
+        scan_columns_at(&self.ledger, columns)
+    }
+
+    /// Brings `cached` up to the ledger's newest snapshot by merging what was written since its
+    /// position. `false` when it cannot (nothing held, a sweep ran, too much changed, or the
+    /// chain could not be read): then everything is read again.
+    fn catch_up(&self, cached: &mut Cached) -> bool {
+        if cached.columns.is_empty() || cached.rows() == 0 {
+            return false;
+        }
+        // Past an eighth of the rows, one parallel scan costs less than reading each by key.
+        let limit = (cached.rows() / 8).max(4096);
+        match self.ledger.attempt_changes_since(cached.position, limit) {
+            Ok(AttemptChanges::Rows { position, rows }) => {
+                if !rows.is_empty() {
+                    if cached.merge(&rows).is_err() {
+                        return false;
+                    }
+                    self.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                cached.position = position;
+                true
+            }
+            Ok(AttemptChanges::Rescan) | Err(_) => false,
+        }
     }
 
     /// `columns` (indexes into [`schema()`], in that order) at the ledger's current generation
@@ -482,10 +640,14 @@ impl AttemptCache {
         // is never newer than its rows claim.
         let generation = self.ledger.generation();
         if cached.generation != Some(generation) {
-            *cached = Cached {
-                generation: Some(generation),
-                ..Cached::default()
-            };
+            if self.catch_up(&mut cached) {
+                cached.generation = Some(generation);
+            } else {
+                *cached = Cached {
+                    generation: Some(generation),
+                    ..Cached::default()
+                };
+            }
         }
         let missing: Vec<usize> = columns
             .iter()
@@ -504,16 +666,16 @@ impl AttemptCache {
                     .collect();
                 need.extend(more);
             }
-            let fresh = self.scan(&need)?;
-            if !cached.columns.is_empty() && !cached.same_keys(&need, &fresh) {
+            let (fresh, position) = self.scan(&need)?;
+            if !cached.columns.is_empty() && position != cached.position {
                 // Another snapshot: keep only what this scan read.
                 cached.columns.clear();
                 let mut all: Vec<usize> = columns.to_vec();
                 all.extend(KEY_COLUMNS.iter().filter(|k| !columns.contains(k)));
-                let again = self.scan(&all)?;
-                cached.keep(&all, &again);
+                let (again, position) = self.scan(&all)?;
+                cached.keep(&all, &again, position);
             } else {
-                cached.keep(&need, &fresh);
+                cached.keep(&need, &fresh, position);
             }
         }
         let schema: SchemaRef = Arc::new(
@@ -534,5 +696,134 @@ impl AttemptCache {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Array, Int64Array, StringArray};
+    use laneledger_store::{Attempt, Lane};
+
+    fn stored(job_id: &str, attempt_no: u32, tokens_in: u64) -> StoredAttempt {
+        StoredAttempt {
+            attempt: Attempt {
+                job_id: job_id.into(),
+                idem_key: format!("k-{job_id}"),
+                attempt_no,
+                lane: Lane::Free,
+                started_at: 0,
+                ended_at: None,
+                outcome: None,
+                tokens_in: Some(tokens_in),
+                tokens_out: None,
+                artifact_id: None,
+                http_status: None,
+                provider_code: None,
+                key_id: None,
+                pool_id: None,
+                model: None,
+                attrs: None,
+            },
+            seq: 0,
+            ingested_at: 0,
+        }
+    }
+
+    /// job_id, attempt_no and tokens_in, as cached: chunks of the given rows.
+    const HELD: [usize; 3] = [0, 2, 7];
+
+    fn cached(chunks: &[&[(&str, u32)]]) -> Cached {
+        let schema: SchemaRef = Arc::new(schema().project(&HELD).unwrap());
+        let mut want = [false; COLUMNS];
+        HELD.iter().for_each(|&c| want[c] = true);
+        let batches: Vec<RecordBatch> = chunks
+            .iter()
+            .map(|rows| {
+                let mut b = Builders::for_columns(rows.len(), want);
+                rows.iter().for_each(|&(j, n)| b.push(stored(j, n, 1).as_ref()));
+                b.finish_columns(&HELD, &schema).unwrap()
+            })
+            .collect();
+        let mut c = Cached::default();
+        c.keep(&HELD, &batches, 7);
+        c
+    }
+
+    /// Each chunk's rows as (job_id, attempt_no, tokens_in).
+    fn chunks(c: &Cached) -> Vec<Vec<(String, i64, i64)>> {
+        (0..c.chunk_rows.len())
+            .map(|k| {
+                let jobs = c.columns[&0][k].as_any().downcast_ref::<StringArray>().unwrap();
+                let nos = c.columns[&2][k].as_any().downcast_ref::<Int64Array>().unwrap();
+                let tokens = c.columns[&7][k].as_any().downcast_ref::<Int64Array>().unwrap();
+                assert_eq!(jobs.len(), c.chunk_rows[k]);
+                (0..jobs.len())
+                    .map(|i| (jobs.value(i).to_string(), nos.value(i), tokens.value(i)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn rows(r: &[(&str, i64, i64)]) -> Vec<(String, i64, i64)> {
+        r.iter().map(|&(j, n, t)| (j.to_string(), n, t)).collect()
+    }
+
+    #[test]
+    fn a_merge_replaces_held_keys_and_puts_new_ones_in_key_order_in_the_chunk_they_fall_in() {
+        let mut c = cached(&[&[("b", 1), ("b", 2), ("d", 1)], &[("f", 1), ("h", 1)]]);
+        // Sorted as the ledger hands them over: before everything, a completion of b 2, inside the
+        // first chunk, between the chunks, inside the second, after everything.
+        let delta = [
+            stored("a", 1, 10),
+            stored("b", 2, 20),
+            stored("c", 1, 30),
+            stored("e", 1, 40),
+            stored("g", 3, 50),
+            stored("z", 1, 60),
+        ];
+        c.merge(&delta).unwrap();
+        assert_eq!(
+            chunks(&c),
+            [
+                rows(&[("a", 1, 10), ("b", 1, 1), ("b", 2, 20), ("c", 1, 30), ("d", 1, 1)]),
+                rows(&[("e", 1, 40), ("f", 1, 1), ("g", 3, 50), ("h", 1, 1), ("z", 1, 60)]),
+            ]
+        );
+        assert_eq!(c.chunk_rows, [5, 5]);
+        assert_eq!(c.position, 7, "the caller moves the position");
+        // A row past the first chunk's last key goes to the front of the next one.
+        c.merge(&[stored("d", 2, 70)]).unwrap();
+        assert_eq!(chunks(&c)[1].first(), Some(&("d".to_string(), 2, 70)));
+        assert_eq!(c.chunk_rows, [5, 6]);
+    }
+
+    #[test]
+    fn a_chunk_grown_past_the_limit_is_cut_into_batch_sized_slices() {
+        let n = CHUNK_ROWS_MAX + 1;
+        let jobs: Vec<String> = (0..n).map(|i| format!("j{i:07}")).collect();
+        let mut c = Cached {
+            chunk_rows: vec![2, n],
+            ..Cached::default()
+        };
+        c.columns.insert(
+            0,
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+                Arc::new(StringArray::from(jobs.clone())),
+            ],
+        );
+        c.columns.insert(
+            2,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef,
+                Arc::new(Int64Array::from((0..n as i64).collect::<Vec<_>>())),
+            ],
+        );
+        c.cut();
+        assert_eq!(c.chunk_rows, [2, BATCH_ROWS, BATCH_ROWS, 1]);
+        let last = c.columns[&0][3].as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(last.value(0), jobs[n - 1]);
+        assert_eq!(c.key(2, 0).unwrap(), (jobs[BATCH_ROWS].as_str(), BATCH_ROWS as i64));
     }
 }

@@ -251,6 +251,13 @@ impl Session {
         self.attempts.scans()
     }
 
+    /// How many writes this session merged into the attempts' Arrow columns it held, reading
+    /// only the attempts each write inserted or completed, instead of scanning them all again
+    /// (see [`job_attempt::AttemptCache`]).
+    pub fn attempt_merges(&self) -> u64 {
+        self.attempts.merges()
+    }
+
     /// The lane.yaml settings this session applies.
     pub fn config(&self) -> &LaneConfig {
         &self.config

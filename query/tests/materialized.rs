@@ -137,6 +137,93 @@ async fn materializations_see_each_acknowledged_write() {
     assert_eq!(rows(&session, "SELECT COUNT(*) FROM job_rollup").await, [["6"]]);
 }
 
+/// Queries whose answers a session that merges writes into the columns it holds must give
+/// exactly as a fresh session does: whole rows in key order, the materialized tables, seed 000's
+/// two queries, the weekly figures.
+const AFTER_WRITES: [&str; 6] = [
+    "SELECT * FROM job_attempt ORDER BY job_id, attempt_no",
+    "SELECT * FROM job_rollup",
+    "SELECT * FROM idem_artifacts ORDER BY idem_key",
+    "SELECT * FROM week_rollup",
+    "SELECT * FROM job_week ORDER BY job_id",
+    "SELECT COUNT(*), SUM(tokens_in), COUNT(ended_at) FROM job_attempt",
+];
+
+async fn answers(session: &Session) -> Vec<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for sql in AFTER_WRITES {
+        out.push(rows(session, sql).await);
+    }
+    let mut q2 = rows(session, SEED_Q2_DUPLICATES).await;
+    q2.sort();
+    out.push(q2);
+    out
+}
+
+/// After a write, a session reads only the attempts the write inserted or completed and merges
+/// them into the Arrow columns it holds (no scan of the ledger), and answers exactly as a new
+/// session that scans; a retention sweep, which removes rows, makes it scan again.
+#[tokio::test]
+async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one() {
+    let (_d, ledger) = common::ledger_from_drill(600, Policy::NoPin, 5);
+    let session = Session::new(ledger.clone()).await.unwrap();
+    let first = answers(&session).await;
+    assert_eq!(first, answers(&Session::new(ledger.clone()).await.unwrap()).await);
+    let scans = session.attempt_scans();
+    let at = |job: &str, no: u32, rest: &str| {
+        format!(
+            r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{no},"lane":"paid","started_at":"2026-11-03T10:00:00Z"{rest}}}"#
+        )
+    };
+    let done = r#","ended_at":"2026-11-03T10:00:09Z","outcome":"ok","tokens_in":40,"tokens_out":2,"artifact_id":"x-1""#;
+    let writes = [
+        // New jobs before every held key, between two held jobs, after every one; an open attempt.
+        [
+            at("a-first", 1, done),
+            at("g-000100-b", 1, done),
+            at("z-last", 1, ""),
+            at("g-000300", 9, ""),
+        ]
+        .join("\n"),
+        // The open attempts completed, a new attempt of an existing job, one delivered again.
+        [
+            at("z-last", 1, done),
+            at("g-000300", 9, done),
+            at("g-000001", 7, done),
+            at("a-first", 1, done),
+        ]
+        .join("\n"),
+        // Only a duplicate: nothing changes.
+        at("a-first", 1, done),
+    ];
+    for (i, w) in writes.iter().enumerate() {
+        ingest(&ledger, w);
+        let fresh = Session::new(ledger.clone()).await.unwrap();
+        assert_eq!(answers(&session).await, answers(&fresh).await, "after write {}", i + 1);
+        assert_eq!(
+            session.attempt_scans(),
+            scans,
+            "after write {}: merged, not scanned",
+            i + 1
+        );
+    }
+    assert_eq!(session.attempt_merges(), 2, "the duplicate-only write changed no row");
+    assert_ne!(answers(&session).await, first);
+
+    // A sweep removes rows: the columns are read again.
+    let now = laneledger_store::parse_timestamp("2027-06-01T00:00:00Z").unwrap();
+    let rule = laneledger_store::retention::RetentionRule {
+        days: 30,
+        reconcile_window_s: 900,
+    };
+    let opts = laneledger_query::retention::SweepOptions::new(rule);
+    laneledger_query::retention::sweep(&session, now, &opts).await.unwrap();
+    let fresh = Session::new(ledger.clone()).await.unwrap();
+    assert_eq!(answers(&session).await, answers(&fresh).await, "after the sweep");
+    assert!(session.attempt_scans() > scans, "a sweep makes the session scan");
+    assert_eq!(session.attempt_merges(), 2);
+}
+
 #[tokio::test]
 async fn a_job_id_filter_reads_that_job_only_and_answers_as_a_scan_would() {
     let (_d, ledger) = small();

@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, decode, encode};
+use crate::record::StoredAttempt;
 use crate::tables::{
     ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_V2, COUNTER,
     DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
@@ -876,6 +877,70 @@ impl Ledger {
         Ok(out)
     }
 
+    /// The attempts inserted or completed after chain position `since` (the `position` a scan
+    /// or an earlier call returned), read from one snapshot: what a reader holding the attempts
+    /// as of `since` needs to be current, without reading the others again.
+    ///
+    /// The chain names every attempt row written after `since` ([`RecordKey::Attempt`] entries);
+    /// their rows in force are read by key. [`AttemptChanges::Rescan`] when that cannot tell the
+    /// whole story or would not be cheaper than reading everything: a retention sweep ran after
+    /// `since` (it removes rows), `since` is past the chain's end (another file), or more than
+    /// `limit` attempts changed. Errors: storage errors, or [`Error::Corrupt`] for an entry or row
+    /// that cannot be decoded.
+    pub fn attempt_changes_since(&self, since: u64, limit: usize) -> Result<AttemptChanges> {
+        let txn = self.database().begin_read()?;
+        let position = chain_position(&txn)?;
+        if position < since {
+            return Ok(AttemptChanges::Rescan);
+        }
+        let mut keys: std::collections::BTreeSet<(String, u32)> = std::collections::BTreeSet::new();
+        if position > since {
+            let chain = txn.open_table(CHAIN_BLOCK)?;
+            let corrupt = |n: u64, reason| Error::Corrupt {
+                table: "chain",
+                key: n.to_string(),
+                reason,
+            };
+            // The block holding position since + 1 starts at or before it.
+            let start = chain
+                .range(..=since + 1)?
+                .next_back()
+                .transpose()?
+                .map_or(since + 1, |(k, _)| k.value());
+            for block in chain.range(start..)? {
+                let (k, v) = block?;
+                for frame in split_block(v.value()).map_err(|r| corrupt(k.value(), r))? {
+                    let (entry, _, _) = decode_entry(frame).map_err(|r| corrupt(k.value(), r))?;
+                    if entry.n <= since {
+                        continue;
+                    }
+                    match entry.key {
+                        RecordKey::Attempt { job_id, attempt_no } => {
+                            keys.insert((job_id, attempt_no));
+                            if keys.len() > limit {
+                                return Ok(AttemptChanges::Rescan);
+                            }
+                        }
+                        RecordKey::RetentionSweep(_) | RecordKey::Checkpoint(_) | RecordKey::WeekSnapshot(_) => {
+                            return Ok(AttemptChanges::Rescan);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let t = txn.open_table(ATTEMPT)?;
+        let mut rows = Vec::with_capacity(keys.len());
+        for (job_id, attempt_no) in &keys {
+            match t.get((job_id.as_str(), *attempt_no))? {
+                Some(v) => rows.push(crate::ledger::decode_attempt(v.value())?),
+                // Only a sweep removes a row, and a sweep is chained.
+                None => return Ok(AttemptChanges::Rescan),
+            }
+        }
+        Ok(AttemptChanges::Rows { position, rows })
+    }
+
     /// Every checkpoint sweeps left, by first position.
     pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
         let txn = self.database().begin_read()?;
@@ -1000,4 +1065,31 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
     }
     txn.delete_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
     Ok(())
+}
+
+/// The chain position a snapshot is at: the `chain_entries` counter, which every write stores
+/// (0 for a ledger that has written nothing).
+pub(crate) fn chain_position(txn: &redb::ReadTransaction) -> Result<u64> {
+    match txn.open_table(COUNTER) {
+        Ok(t) => Ok(t.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value())),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What [`Ledger::attempt_changes_since`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptChanges {
+    /// The rows in force of every attempt inserted or completed after the position asked
+    /// about, in (job_id, attempt_no) order, each once; `position` is the chain position they
+    /// were read at, to ask about next.
+    Rows {
+        /// The snapshot's chain position.
+        position: u64,
+        /// The changed attempts as they stand at `position`.
+        rows: Vec<StoredAttempt>,
+    },
+    /// Read every attempt again ([`Ledger::attempt_chunks`]): rows were removed, the position
+    /// is unknown to this ledger, or too many changed.
+    Rescan,
 }

@@ -666,12 +666,14 @@ impl Ledger {
     /// Copies every attempt value, in (job_id, attempt_no) order from one consistent snapshot,
     /// into chunks of `rows` values and hands each to `f` with its number (from 0), so that the
     /// (costlier) decoding can run on other threads while this one reads on. Stops at the first
-    /// error `f` returns. [`Ledger::attempt_chunks_reusing`] with no spare buffers.
+    /// error `f` returns. Returns the snapshot's chain position, to pass to
+    /// [`Ledger::attempt_changes_since`] later. [`Ledger::attempt_chunks_reusing`] with no spare
+    /// buffers.
     pub fn attempt_chunks<E: From<Error>>(
         &self,
         rows: usize,
         f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), E> {
+    ) -> std::result::Result<u64, E> {
         self.attempt_chunks_reusing(rows, || None, f)
     }
 
@@ -684,9 +686,10 @@ impl Ledger {
         rows: usize,
         mut spare: impl FnMut() -> Option<AttemptChunk>,
         mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), E> {
+    ) -> std::result::Result<u64, E> {
         let rows = rows.max(1);
         let txn = self.db.begin_read()?;
+        let position = crate::chain::chain_position(&txn)?;
         let t = txn.open_table(ATTEMPT).map_err(Error::from)?;
         // Room for the largest chunk so far, so a buffer grows (and is copied) at most a few times.
         let mut bytes_hint = rows * 128;
@@ -714,7 +717,7 @@ impl Ledger {
         if !chunk.is_empty() {
             f(n, chunk)?;
         }
-        Ok(())
+        Ok(position)
     }
 
     /// One attempt by its identity: an index read.

@@ -33,6 +33,7 @@ pub mod tables;
 pub mod time;
 pub mod write_rules;
 
+pub use chain::AttemptChanges;
 pub use config::LaneConfig;
 pub use decision::{
     DEFAULT_RESERVED_SERVICE_S, Decision, DecisionConflict, DecisionReader, IncomingDecision, StoredDecision,
