@@ -65,10 +65,13 @@ struct Out {
     rows: usize,
     batches: Vec<RecordBatch>,
     schema: SchemaRef,
+    /// Rows each batch's builders have room for.
+    room: usize,
 }
 
 impl Out {
-    fn new() -> Self {
+    /// Builders for the rollup of `rows` attempts (at most that many jobs).
+    fn new(rows: usize) -> Self {
         let mut out = Out {
             job_id: StringBuilder::new(),
             idem_key: StringBuilder::new(),
@@ -79,6 +82,7 @@ impl Out {
             rows: 0,
             batches: Vec::new(),
             schema: schema(),
+            room: rows.clamp(1, BATCH_ROWS),
         };
         out.make_room();
         out
@@ -87,12 +91,13 @@ impl Out {
     /// Fresh builders with room for a batch of typical ids (`finish` leaves them with none), so
     /// the buffers are not grown and copied row by row.
     fn make_room(&mut self) {
-        self.job_id = StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16);
-        self.idem_key = StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16);
-        self.free = Int64Builder::with_capacity(BATCH_ROWS);
-        self.paid = Int64Builder::with_capacity(BATCH_ROWS);
-        self.tokens = Int64Builder::with_capacity(BATCH_ROWS);
-        self.artifacts = Int64Builder::with_capacity(BATCH_ROWS);
+        let n = self.room;
+        self.job_id = StringBuilder::with_capacity(n, n * 16);
+        self.idem_key = StringBuilder::with_capacity(n, n * 16);
+        self.free = Int64Builder::with_capacity(n);
+        self.paid = Int64Builder::with_capacity(n);
+        self.tokens = Int64Builder::with_capacity(n);
+        self.artifacts = Int64Builder::with_capacity(n);
     }
 
     fn push(&mut self, j: &Job<'_>) -> Result<()> {
@@ -135,7 +140,7 @@ impl Out {
 ///
 /// Errors: a batch without `job_attempt`'s columns ([`crate::Error::Internal`]).
 pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let mut out = Out::new();
+    let mut out = Out::new(attempts.iter().map(RecordBatch::num_rows).sum());
     let mut job: Option<Job<'_>> = None;
     for batch in attempts {
         let column = |name: &str| job_attempt::column(batch, name);
@@ -185,4 +190,218 @@ pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
         out.flush()?;
     }
     Ok(out.batches)
+}
+
+/// The `job_rollup` of each chunk of attempts, kept from one call of [`rollup_chunks`] to the
+/// next: a chunk whose arrays are the very same (the attempt cache merged a write into other
+/// chunks, see [`crate::job_attempt::AttemptCache`]) is not walked again.
+#[derive(Default)]
+pub struct RollupMemo {
+    /// Each chunk of the last call (holding its arrays, so that their addresses are not reused)
+    /// beside its own rollup rows.
+    chunks: std::sync::Mutex<Vec<(RecordBatch, Vec<RecordBatch>)>>,
+}
+
+/// Whether two batches hold the very same arrays (not equal values: the same allocations).
+fn same_arrays(a: &RecordBatch, b: &RecordBatch) -> bool {
+    a.num_rows() == b.num_rows()
+        && a.num_columns() == b.num_columns()
+        && a.columns().iter().zip(b.columns()).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+/// How many rows at the start (`from_end` false) or the end of `chunk` belong to `job_id`.
+fn run_of(chunk: &RecordBatch, job_id: &str, from_end: bool) -> Result<usize> {
+    let ids = job_attempt::column(chunk, "job_id")?.as_string::<i32>();
+    let n = ids.len();
+    let at = |i: usize| if from_end { n - 1 - i } else { i };
+    Ok((0..n).take_while(|&i| ids.value(at(i)) == job_id).count())
+}
+
+/// The job_id of row `i` of rollup rows `rows` (batches in order).
+fn job_at(rows: &[RecordBatch], mut i: usize) -> Result<String> {
+    for b in rows {
+        if i < b.num_rows() {
+            return Ok(b.column(0).as_string::<i32>().value(i).to_string());
+        }
+        i -= b.num_rows();
+    }
+    Err(crate::Error::Internal("job_rollup row past the end".into()))
+}
+
+/// Rows `from..to` of rollup rows `rows` (batches in order), as slices of them.
+fn rows_between(rows: &[RecordBatch], from: usize, to: usize, out: &mut Vec<RecordBatch>) {
+    let mut at = 0;
+    for b in rows {
+        let (lo, hi) = (from.max(at), to.min(at + b.num_rows()));
+        if lo < hi {
+            out.push(b.slice(lo - at, hi - lo));
+        }
+        at += b.num_rows();
+    }
+}
+
+/// [`rollup`] of `attempts` (chunks in (job_id, attempt_no) order), walking only the chunks
+/// `memo` does not hold from its last call; equal to `rollup(attempts)` row for row.
+///
+/// Each chunk's jobs are rolled up apart; a job whose attempts run across a chunk boundary is
+/// rolled up again from its attempts on both sides. After a write the attempt cache rebuilds
+/// only the chunks the write fell into, so the rollup of 10 M attempts after a one-attempt write
+/// walks one chunk ([`crate::job_attempt::BATCH_ROWS`] attempts or so) instead of all.
+/// Errors: [`rollup`]'s.
+pub fn rollup_chunks(memo: &RollupMemo, attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    let mut kept = crate::cache_lock::lock_or_reset(&memo.chunks, Vec::new);
+    let old = std::mem::take(&mut *kept);
+    let by_array: std::collections::HashMap<*const (), usize> = old
+        .iter()
+        .enumerate()
+        .filter(|(_, (c, _))| c.num_columns() > 0)
+        .map(|(i, (c, _))| (Arc::as_ptr(c.column(0)) as *const (), i))
+        .collect();
+    let mut per_chunk: Vec<Vec<RecordBatch>> = Vec::with_capacity(attempts.len());
+    for chunk in attempts {
+        let held = (chunk.num_columns() > 0)
+            .then(|| by_array.get(&(Arc::as_ptr(chunk.column(0)) as *const ())))
+            .flatten()
+            .map(|&i| &old[i])
+            .filter(|(c, _)| same_arrays(c, chunk));
+        per_chunk.push(match held {
+            Some((_, rows)) => rows.clone(),
+            None => rollup(std::slice::from_ref(chunk))?,
+        });
+    }
+    drop(old);
+    *kept = attempts.iter().cloned().zip(per_chunk.iter().cloned()).collect();
+    drop(kept);
+
+    let mut out: Vec<RecordBatch> = Vec::new();
+    // The last job seen, held back until the next chunk shows whether it goes on: its id and
+    // its attempts so far (slices of the chunks).
+    let mut open: Option<(String, Vec<RecordBatch>)> = None;
+    for (chunk, rows) in attempts.iter().zip(&per_chunk) {
+        let total: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        if total == 0 {
+            continue;
+        }
+        let mut from = 0;
+        if let Some((job, mut parts)) = open.take() {
+            if job_at(rows, 0)? == job {
+                let head = run_of(chunk, &job, false)?;
+                parts.push(chunk.slice(0, head));
+                if head == chunk.num_rows() {
+                    open = Some((job, parts));
+                    continue;
+                }
+                from = 1;
+            }
+            out.extend(rollup(&parts)?);
+        }
+        rows_between(rows, from, total - 1, &mut out);
+        let last = job_at(rows, total - 1)?;
+        let tail = run_of(chunk, &last, true)?;
+        open = Some((last, vec![chunk.slice(chunk.num_rows() - tail, tail)]));
+    }
+    if let Some((_, parts)) = open {
+        out.extend(rollup(&parts)?);
+    }
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(schema()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray};
+
+    /// One attempt of the rollup's columns: (job_id, lane, tokens_in, artifact_id).
+    type Row<'a> = (&'a str, &'a str, i64, Option<&'a str>);
+
+    /// Attempts of the rollup's columns.
+    fn attempts(rows: &[Row<'_>]) -> RecordBatch {
+        let s = job_attempt::schema();
+        let schema = Arc::new(s.project(&job_attempt::ROLLUP_COLUMNS).unwrap());
+        let col = |f: &dyn Fn(&Row<'_>) -> Option<String>| -> ArrayRef {
+            Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+        };
+        let ints = |f: &dyn Fn(usize) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from((0..rows.len()).map(f).collect::<Vec<_>>()))
+        };
+        RecordBatch::try_new(
+            schema,
+            vec![
+                col(&|r| Some(r.0.to_string())),
+                col(&|r| Some(format!("k-{}", r.0))),
+                ints(&|i| i as i64 + 1),
+                col(&|r| Some(r.1.to_string())),
+                ints(&|i| rows[i].2),
+                ints(&|_| 1),
+                col(&|r| r.3.map(str::to_string)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn text(batches: &[RecordBatch]) -> String {
+        datafusion::arrow::util::pretty::pretty_format_batches(batches)
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn chunked_rollup_equals_the_whole_walk_for_every_cut_and_reuses_untouched_chunks() {
+        // Job b runs across three chunks in the cuts below; c has two artifacts, one repeated.
+        let all = attempts(&[
+            ("a", "free", 1, Some("x")),
+            ("b", "free", 2, None),
+            ("b", "paid", 4, Some("y")),
+            ("b", "paid", 8, Some("y")),
+            ("b", "free", 16, Some("z")),
+            ("c", "free", 32, Some("u")),
+            ("c", "paid", 64, Some("u")),
+            ("d", "paid", 128, None),
+        ]);
+        let whole = text(&rollup(std::slice::from_ref(&all)).unwrap());
+        for cuts in [
+            vec![],
+            vec![1],
+            vec![2],
+            vec![2, 3],
+            vec![1, 3, 5],
+            vec![4, 6, 7],
+            vec![1, 2, 3, 4, 5, 6, 7],
+        ] {
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for &c in cuts.iter().chain([8].iter()) {
+                chunks.push(all.slice(at, c - at));
+                at = c;
+            }
+            let memo = RollupMemo::default();
+            assert_eq!(text(&rollup_chunks(&memo, &chunks).unwrap()), whole, "cuts {cuts:?}");
+            // Again with the same arrays: answered from the memo, the same rows.
+            assert_eq!(
+                text(&rollup_chunks(&memo, &chunks).unwrap()),
+                whole,
+                "cuts {cuts:?}, again"
+            );
+        }
+        // One chunk replaced (a write merged into it): the others' rows come from the memo.
+        let memo = RollupMemo::default();
+        let first = vec![all.slice(0, 3), all.slice(3, 5)];
+        rollup_chunks(&memo, &first).unwrap();
+        let changed = attempts(&[
+            ("a", "free", 1, Some("x")),
+            ("a", "paid", 1000, Some("w")),
+            ("b", "free", 2, None),
+            ("b", "paid", 4, Some("y")),
+        ]);
+        let got = text(&rollup_chunks(&memo, &[changed.clone(), first[1].clone()]).unwrap());
+        let want = text(&rollup(&[changed, first[1].clone()]).unwrap());
+        assert_eq!(got, want);
+        assert!(
+            got.contains("| a      | k-a      | 1             | 1             | 1003   | 2         |"),
+            "{got}"
+        );
+    }
 }

@@ -157,7 +157,11 @@ impl Session {
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
             ("job_rollup", job_rollup::schema(), {
                 let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| job_rollup::rollup(&attempts.columns(&job_attempt::ROLLUP_COLUMNS)?))
+                // Only the chunks a write changed are rolled up again.
+                let memo = Arc::new(job_rollup::RollupMemo::default());
+                Arc::new(move |_: &Ledger| {
+                    job_rollup::rollup_chunks(&memo, &attempts.columns(&job_attempt::ROLLUP_COLUMNS)?)
+                })
             }),
             ("job_week", job_week::schema(), {
                 let attempts = attempts.clone();
