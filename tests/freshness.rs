@@ -23,10 +23,11 @@ use server::{ServerProcess, agent, attempt_line, binary, post};
 const BATCH: usize = 500;
 /// Single attempts posted and then queried at once.
 const PROBES: usize = 50;
-/// Batches the background client may run ahead of the probes. A debug build rescans the whole
-/// ledger at the first query after each write, so an unpaced stream would make every probe slower
-/// than the last; paced this way each probe still overlaps a batch in flight, and the ledger ends
-/// near 26,000 rows.
+/// Batches the background client may run ahead of the probes. The first query after each write
+/// brings the server's columns up to date and computes the tables built from them again, which a
+/// debug build does slowly, so an unpaced stream would make every probe slower than the last;
+/// paced this way each probe still overlaps a batch in flight, and the ledger ends near 26,000
+/// rows.
 const BACKGROUND_LEAD: usize = 2;
 
 /// The NDJSON line of probe `k`: its own job_id, attempt_no 1 … 7, tokens_in 1,000 + 37k.
