@@ -562,12 +562,53 @@ enum VerifyRunRecord {
     V1(VerifyRun),
 }
 
+/// A 128-bit digest of a [`RecordKey`], keyed at random for each verify run: what `verify`
+/// keeps per record instead of the key itself. Two keys with one digest could only make a record
+/// look changed or removed, never hide a change (the record hashes are still compared).
+struct KeyDigest(
+    std::collections::hash_map::RandomState,
+    std::collections::hash_map::RandomState,
+);
+
+impl KeyDigest {
+    fn new() -> Self {
+        KeyDigest(Default::default(), Default::default())
+    }
+
+    fn of(&self, key: &RecordKey) -> u128 {
+        use std::hash::BuildHasher;
+        (u128::from(self.0.hash_one(key)) << 64) | u128::from(self.1.hash_one(key))
+    }
+}
+
+/// The chain entry at position `n` (to name a record whose entry the walk met).
+/// Errors: [`Error::Corrupt`] when no block holds it or it cannot be decoded (the walk decoded
+/// it a moment before, in the same snapshot).
+fn entry_at(chain: &redb::ReadOnlyTable<u64, &'static [u8]>, n: u64) -> Result<ChainEntry> {
+    let corrupt = |reason: String| Error::Corrupt {
+        table: "chain",
+        key: n.to_string(),
+        reason,
+    };
+    let (k, v) = chain
+        .range(..=n)?
+        .next_back()
+        .transpose()?
+        .ok_or_else(|| corrupt("no block holds it".into()))?;
+    let frames = split_block(v.value()).map_err(corrupt)?;
+    let frame = frames
+        .get((n - k.value()) as usize)
+        .ok_or_else(|| corrupt("its block is shorter".into()))?;
+    decode_entry(frame).map(|(e, _, _)| e).map_err(corrupt)
+}
+
 /// Checks one table's records against the latest entry of each (`expected`, drained as found).
 fn check_table<K: redb::Key + 'static>(
     txn: &redb::ReadTransaction,
     def: TableDefinition<K, &'static [u8]>,
     key_of: impl Fn(K::SelfType<'_>) -> RecordKey,
-    expected: &mut HashMap<RecordKey, (Hash, u64)>,
+    digest: &KeyDigest,
+    expected: &mut HashMap<u128, (Hash, u64)>,
     found: &mut Vec<(u64, BadRecord)>,
 ) -> Result<u64> {
     let table = txn.open_table(def)?;
@@ -576,7 +617,7 @@ fn check_table<K: redb::Key + 'static>(
         let (k, v) = row?;
         records += 1;
         let key = key_of(k.value());
-        match expected.remove(&key) {
+        match expected.remove(&digest.of(&key)) {
             Some((hash, _)) if hash == sha256(v.value()) => {}
             Some((_, n)) => found.push((
                 n,
@@ -613,74 +654,19 @@ impl Ledger {
         let txn = self.database().begin_read()?;
         let chain = txn.open_table(CHAIN_BLOCK)?;
         let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
-        // Every entry, decoded once, at its position (block key + index in the block); a block
-        // whose framing is broken is one unreadable entry at its key. The checkpoints the walk may
-        // rely on are those whose stored bytes match their own (intact) chain entry: a changed
-        // checkpoint is named first.
-        let mut rows: Vec<(u64, DecodedEntry)> = Vec::with_capacity(counted as usize);
-        let mut checkpoint_hashes: HashMap<u64, (Hash, u64)> = HashMap::new();
-        for block in chain.iter()? {
-            let (k, v) = block?;
-            let first = k.value();
-            let frames = match split_block(v.value()) {
-                Ok(frames) => frames,
-                Err(reason) => {
-                    rows.push((first, Err(reason)));
-                    continue;
-                }
-            };
-            for (i, frame) in frames.into_iter().enumerate() {
-                let n_at = first + i as u64;
-                let decoded = decode_entry(frame);
-                if let Ok((
-                    ChainEntry {
-                        key: RecordKey::Checkpoint(first),
-                        record,
-                        n,
-                        ..
-                    },
-                    _,
-                    true,
-                )) = &decoded
-                {
-                    checkpoint_hashes.insert(*first, (*record, *n));
-                }
-                rows.push((n_at, decoded));
-            }
-        }
+        // The checkpoints as stored. The walk crosses removed runs by them; one whose stored bytes
+        // do not match its own intact chain entry is named first, once the walk has met every
+        // entry (a checkpoint's entry comes after the run it stands for).
         let mut checkpoints = BTreeMap::new();
-        let mut bad_checkpoints = Vec::new();
+        let mut stored_checkpoints: Vec<(u64, Hash, bool)> = Vec::new();
         for row in txn.open_table(CHAIN_CHECKPOINT)?.iter()? {
             let (k, v) = row?;
             let first = k.value();
             let decoded = decode::<CheckpointRecord>("chain_checkpoint", first, v.value());
-            match (checkpoint_hashes.get(&first), decoded) {
-                (Some((hash, _)), Ok(CheckpointRecord::V1(c))) if *hash == sha256(v.value()) => {
-                    checkpoints.insert(c.first, c);
-                }
-                (Some((_, n)), _) => bad_checkpoints.push((*n, first)),
-                // No entry names it (its entry was removed, or the record forged): the walk or the
-                // record check names what is wrong.
-                (None, Ok(CheckpointRecord::V1(c))) => {
-                    checkpoints.insert(c.first, c);
-                }
-                (None, Err(_)) => {}
+            stored_checkpoints.push((first, sha256(v.value()), decoded.is_ok()));
+            if let Ok(CheckpointRecord::V1(c)) = decoded {
+                checkpoints.insert(c.first, c);
             }
-        }
-        if let Some((n, first)) = bad_checkpoints.into_iter().min() {
-            return Ok(VerifyReport {
-                entries: 0,
-                records: 0,
-                checkpoints: 0,
-                tip: String::new(),
-                first_bad: Some(BadRecord {
-                    table: "chain_checkpoint",
-                    key: RecordKey::Checkpoint(first).to_string(),
-                    seq: Some(n),
-                    problem: Problem::RecordChanged,
-                }),
-                problems: 1,
-            });
         }
         let chain_bad = |n: u64, problem| VerifyReport {
             entries: n.saturating_sub(1),
@@ -695,8 +681,14 @@ impl Ledger {
             }),
             problems: 1,
         };
-        let mut expected: HashMap<RecordKey, (Hash, u64)> = HashMap::with_capacity(rows.len());
+        // The latest entry of each record: (record hash, position), by a digest of its key, so
+        // that 10 M entries take about 60 bytes each instead of their decoded keys.
+        let digest = KeyDigest::new();
+        let mut expected: HashMap<u128, (Hash, u64)> = HashMap::with_capacity(counted as usize);
+        // The intact checkpoint entries met: the record hash each holds, and its position.
+        let mut checkpoint_entries: HashMap<u64, (Hash, u64)> = HashMap::new();
         let (mut next, mut prev, mut crossed, mut entries) = (1u64, GENESIS, 0u64, 0u64);
+        let mut walk_bad: Option<VerifyReport> = None;
         // Crosses checkpoints from `next` until position `upto`; false when a gap has none.
         let cross = |next: &mut u64, prev: &mut Hash, crossed: &mut u64, upto: u64| -> bool {
             while *next < upto {
@@ -711,28 +703,90 @@ impl Ledger {
             }
             true
         };
-        for (n, decoded) in rows {
+        // Each entry in position order (block key + index in the block), decoded once and
+        // checked as it comes; a block whose framing is broken is one unreadable entry at its key.
+        // After the first bad entry the walk only looks for checkpoint entries.
+        let mut step = |n: u64, decoded: DecodedEntry, walking: bool| -> Option<VerifyReport> {
+            if let Ok((
+                ChainEntry {
+                    key: RecordKey::Checkpoint(first),
+                    record,
+                    n,
+                    ..
+                },
+                _,
+                true,
+            )) = &decoded
+            {
+                checkpoint_entries.insert(*first, (*record, *n));
+            }
+            if !walking {
+                return None;
+            }
             if !cross(&mut next, &mut prev, &mut crossed, n) {
-                return Ok(chain_bad(next, Problem::EntryMissing));
+                return Some(chain_bad(next, Problem::EntryMissing));
             }
             let (entry, hash, ok) = match decoded {
                 Ok(x) => x,
-                Err(_) => return Ok(chain_bad(n, Problem::EntryUnreadable)),
+                Err(_) => return Some(chain_bad(n, Problem::EntryUnreadable)),
             };
             if !ok {
-                return Ok(chain_bad(n, Problem::EntryChanged));
+                return Some(chain_bad(n, Problem::EntryChanged));
             }
             // A position met twice (overlapping blocks) is an entry stored where another is.
             if entry.n != n || n < next {
-                return Ok(chain_bad(n, Problem::EntryMoved));
+                return Some(chain_bad(n, Problem::EntryMoved));
             }
             if entry.prev != prev {
-                return Ok(chain_bad(n, Problem::BrokenLink));
+                return Some(chain_bad(n, Problem::BrokenLink));
             }
-            expected.insert(entry.key, (entry.record, n));
+            expected.insert(digest.of(&entry.key), (entry.record, n));
             prev = hash;
             next = n + 1;
             entries += 1;
+            None
+        };
+        for block in chain.iter()? {
+            let (k, v) = block?;
+            let first = k.value();
+            match split_block(v.value()) {
+                Ok(frames) => {
+                    for (i, frame) in frames.into_iter().enumerate() {
+                        let bad = step(first + i as u64, decode_entry(frame), walk_bad.is_none());
+                        walk_bad = walk_bad.or(bad);
+                    }
+                }
+                Err(reason) => {
+                    let bad = step(first, Err(reason), walk_bad.is_none());
+                    walk_bad = walk_bad.or(bad);
+                }
+            }
+        }
+        // A checkpoint relied on must match its own entry, when an intact one names it.
+        let bad_checkpoint = stored_checkpoints
+            .iter()
+            .filter_map(|&(first, hash, decodes)| match checkpoint_entries.get(&first) {
+                Some(&(h, n)) if !decodes || h != hash => Some((n, first)),
+                _ => None,
+            })
+            .min();
+        if let Some((n, first)) = bad_checkpoint {
+            return Ok(VerifyReport {
+                entries: 0,
+                records: 0,
+                checkpoints: 0,
+                tip: String::new(),
+                first_bad: Some(BadRecord {
+                    table: "chain_checkpoint",
+                    key: RecordKey::Checkpoint(first).to_string(),
+                    seq: Some(n),
+                    problem: Problem::RecordChanged,
+                }),
+                problems: 1,
+            });
+        }
+        if let Some(bad) = walk_bad {
+            return Ok(bad);
         }
         if next <= counted && !cross(&mut next, &mut prev, &mut crossed, counted + 1) {
             return Ok(chain_bad(next, Problem::EntryMissing));
@@ -746,6 +800,7 @@ impl Ledger {
                 job_id: job_id.to_string(),
                 attempt_no,
             },
+            &digest,
             &mut expected,
             &mut found,
         )?;
@@ -753,10 +808,18 @@ impl Ledger {
             &txn,
             ATTEMPT_CONFLICT,
             RecordKey::AttemptConflict,
+            &digest,
             &mut expected,
             &mut found,
         )?;
-        records += check_table(&txn, INGEST_REJECT, RecordKey::IngestReject, &mut expected, &mut found)?;
+        records += check_table(
+            &txn,
+            INGEST_REJECT,
+            RecordKey::IngestReject,
+            &digest,
+            &mut expected,
+            &mut found,
+        )?;
         records += check_table(
             &txn,
             DECISION,
@@ -764,6 +827,7 @@ impl Ledger {
                 job_id: job_id.to_string(),
                 decided_at,
             },
+            &digest,
             &mut expected,
             &mut found,
         )?;
@@ -771,6 +835,7 @@ impl Ledger {
             &txn,
             DECISION_CONFLICT,
             RecordKey::DecisionConflict,
+            &digest,
             &mut expected,
             &mut found,
         )?;
@@ -778,6 +843,7 @@ impl Ledger {
             &txn,
             RETENTION_SWEEP,
             RecordKey::RetentionSweep,
+            &digest,
             &mut expected,
             &mut found,
         )?;
@@ -785,11 +851,22 @@ impl Ledger {
             &txn,
             WEEK_SNAPSHOT,
             |w| RecordKey::WeekSnapshot(w.to_string()),
+            &digest,
             &mut expected,
             &mut found,
         )?;
-        records += check_table(&txn, CHAIN_CHECKPOINT, RecordKey::Checkpoint, &mut expected, &mut found)?;
-        for (key, (_, n)) in expected {
+        records += check_table(
+            &txn,
+            CHAIN_CHECKPOINT,
+            RecordKey::Checkpoint,
+            &digest,
+            &mut expected,
+            &mut found,
+        )?;
+        // Entries whose record is gone: counted, and the first named from its entry.
+        let removed = expected.len() as u64;
+        if let Some(n) = expected.into_values().map(|(_, n)| n).min() {
+            let key = entry_at(&chain, n)?.key;
             found.push((
                 n,
                 BadRecord {
@@ -800,7 +877,7 @@ impl Ledger {
                 },
             ));
         }
-        let problems = found.len() as u64;
+        let problems = found.len() as u64 - u64::from(removed > 0) + removed;
         let first_bad = found
             .into_iter()
             .min_by(|(a, x), (b, y)| (a, x.table, &x.key).cmp(&(b, y.table, &y.key)))
