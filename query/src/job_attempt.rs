@@ -436,7 +436,16 @@ struct Cached {
     position: u64,
     /// Rows per chunk.
     chunk_rows: Vec<usize>,
+    /// Each chunk's id: new whenever the chunk is built or rebuilt ([`next_chunk_id`]), so a
+    /// table computed chunk by chunk knows which chunks it has seen ([`AttemptCache::chunks`]).
+    chunk_ids: Vec<u64>,
     columns: std::collections::BTreeMap<usize, Vec<ArrayRef>>,
+}
+
+/// An id no chunk of this process has had.
+fn next_chunk_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A chunk that grows past this many rows by merges is cut into chunks of [`BATCH_ROWS`].
@@ -448,6 +457,7 @@ impl Cached {
     fn keep(&mut self, columns: &[usize], batches: &[RecordBatch], position: u64) {
         self.position = position;
         self.chunk_rows = batches.iter().map(RecordBatch::num_rows).collect();
+        self.chunk_ids = batches.iter().map(|_| next_chunk_id()).collect();
         for (i, &c) in columns.iter().enumerate() {
             self.columns
                 .insert(c, batches.iter().map(|b| b.column(i).clone()).collect());
@@ -524,6 +534,7 @@ impl Cached {
                 arrays[k] = merged;
             }
             self.chunk_rows[k] = order.len();
+            self.chunk_ids[k] = next_chunk_id();
         }
         if self.chunk_rows.iter().any(|&r| r > CHUNK_ROWS_MAX) {
             self.cut();
@@ -552,6 +563,14 @@ impl Cached {
                 .flat_map(|(a, p)| p.iter().map(|&(at, len)| a.slice(at, len)))
                 .collect();
         }
+        self.chunk_ids = pieces
+            .iter()
+            .zip(&self.chunk_ids)
+            .flat_map(|(p, &id)| {
+                let cut = p.len() > 1;
+                p.iter().map(move |_| if cut { next_chunk_id() } else { id })
+            })
+            .collect();
         self.chunk_rows = pieces.iter().flatten().map(|&(_, len)| len).collect();
     }
 }
@@ -625,16 +644,24 @@ impl AttemptCache {
     }
 
     /// `columns` (indexes into [`schema()`], in that order) at the ledger's current generation
-    /// (or newer), as batches whose schema is that projection. Scans when a write landed since
-    /// the last scan, or when a column was not built yet; a scan for more columns checks that its
-    /// keys equal the cached ones (a write between reading the generation and the snapshot
-    /// could otherwise pair columns of two snapshots) and starts over when they do not.
+    /// (or newer), as batches whose schema is that projection. Merges what the writes since the
+    /// last call changed (see [`AttemptCache`]), and scans when that cannot be done or a column
+    /// was not built yet; a scan for more columns checks that it read the snapshot the held
+    /// columns are at (the same chain position: a write between reading the generation and the
+    /// snapshot could otherwise pair columns of two snapshots) and starts over when it did not.
     /// The first scan at a generation reads the columns asked for (a query such as seed 000's
     /// q1 keeps its memory to those); a second one reads every column not held yet but `attrs`
     /// ([`WIDE_COLUMNS`]), so a mix of queries scans at most twice between writes.
     /// Concurrent callers wait for one scan instead of each making their own.
     /// Errors: [`scan_columns`]'.
     pub fn columns(&self, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+        Ok(self.chunks(columns)?.0)
+    }
+
+    /// [`AttemptCache::columns`], with each batch's chunk id beside it: an id names one version
+    /// of one chunk, so a table computed chunk by chunk can keep what it computed for the ids it
+    /// sees again (see [`crate::job_rollup::RollupMemo`]).
+    pub fn chunks(&self, columns: &[usize]) -> Result<(Vec<RecordBatch>, Vec<u64>)> {
         let mut cached = crate::cache_lock::lock_or_reset(&self.cached, Cached::default);
         // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
         // is never newer than its rows claim.
@@ -684,7 +711,7 @@ impl AttemptCache {
                 .map_err(datafusion::error::DataFusionError::from)?,
         );
         let options = |rows| RecordBatchOptions::new().with_row_count(Some(rows));
-        cached
+        let batches = cached
             .chunk_rows
             .iter()
             .enumerate()
@@ -695,7 +722,8 @@ impl AttemptCache {
                         .map_err(datafusion::error::DataFusionError::from)?,
                 )
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((batches, cached.chunk_ids.clone()))
     }
 }
 
@@ -782,7 +810,12 @@ mod tests {
             stored("g", 3, 50),
             stored("z", 1, 60),
         ];
+        let ids = c.chunk_ids.clone();
         c.merge(&delta).unwrap();
+        assert!(
+            c.chunk_ids.iter().zip(&ids).all(|(a, b)| a != b),
+            "both chunks rebuilt: new ids"
+        );
         assert_eq!(
             chunks(&c),
             [
@@ -793,7 +826,10 @@ mod tests {
         assert_eq!(c.chunk_rows, [5, 5]);
         assert_eq!(c.position, 7, "the caller moves the position");
         // A row past the first chunk's last key goes to the front of the next one.
+        let ids = c.chunk_ids.clone();
         c.merge(&[stored("d", 2, 70)]).unwrap();
+        assert_eq!(c.chunk_ids[0], ids[0], "the first chunk is untouched");
+        assert_ne!(c.chunk_ids[1], ids[1]);
         assert_eq!(chunks(&c)[1].first(), Some(&("d".to_string(), 2, 70)));
         assert_eq!(c.chunk_rows, [5, 6]);
     }
@@ -804,6 +840,7 @@ mod tests {
         let jobs: Vec<String> = (0..n).map(|i| format!("j{i:07}")).collect();
         let mut c = Cached {
             chunk_rows: vec![2, n],
+            chunk_ids: vec![10, 11],
             ..Cached::default()
         };
         c.columns.insert(
@@ -822,6 +859,13 @@ mod tests {
         );
         c.cut();
         assert_eq!(c.chunk_rows, [2, BATCH_ROWS, BATCH_ROWS, 1]);
+        assert_eq!(c.chunk_ids[0], 10, "an uncut chunk keeps its id");
+        let pieces: std::collections::BTreeSet<u64> = c.chunk_ids[1..].iter().copied().collect();
+        assert!(
+            pieces.len() == 3 && !pieces.contains(&10) && !pieces.contains(&11),
+            "{:?}",
+            c.chunk_ids
+        );
         let last = c.columns[&0][3].as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(last.value(0), jobs[n - 1]);
         assert_eq!(c.key(2, 0).unwrap(), (jobs[BATCH_ROWS].as_str(), BATCH_ROWS as i64));

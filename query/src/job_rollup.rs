@@ -192,21 +192,13 @@ pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     Ok(out.batches)
 }
 
-/// The `job_rollup` of each chunk of attempts, kept from one call of [`rollup_chunks`] to the
-/// next: a chunk whose arrays are the very same (the attempt cache merged a write into other
-/// chunks, see [`crate::job_attempt::AttemptCache`]) is not walked again.
+/// The `job_rollup` rows of each chunk of attempts, by chunk id
+/// ([`crate::job_attempt::AttemptCache::chunks`]), kept from one call of [`rollup_chunks`] to the
+/// next: a chunk the attempt cache did not rebuild since (a write merged into other chunks) is
+/// not walked again. Only the chunks of the last call are kept.
 #[derive(Default)]
 pub struct RollupMemo {
-    /// Each chunk of the last call (holding its arrays, so that their addresses are not reused)
-    /// beside its own rollup rows.
-    chunks: std::sync::Mutex<Vec<(RecordBatch, Vec<RecordBatch>)>>,
-}
-
-/// Whether two batches hold the very same arrays (not equal values: the same allocations).
-fn same_arrays(a: &RecordBatch, b: &RecordBatch) -> bool {
-    a.num_rows() == b.num_rows()
-        && a.num_columns() == b.num_columns()
-        && a.columns().iter().zip(b.columns()).all(|(x, y)| Arc::ptr_eq(x, y))
+    chunks: std::sync::Mutex<std::collections::HashMap<u64, Vec<RecordBatch>>>,
 }
 
 /// How many rows at the start (`from_end` false) or the end of `chunk` belong to `job_id`.
@@ -240,37 +232,29 @@ fn rows_between(rows: &[RecordBatch], from: usize, to: usize, out: &mut Vec<Reco
     }
 }
 
-/// [`rollup`] of `attempts` (chunks in (job_id, attempt_no) order), walking only the chunks
-/// `memo` does not hold from its last call; equal to `rollup(attempts)` row for row.
+/// [`rollup`] of `attempts` (chunks in (job_id, attempt_no) order, `ids[k]` the id of chunk
+/// `k`), walking only the chunks `memo` does not hold from its last call; equal to
+/// `rollup(attempts)` row for row.
 ///
 /// Each chunk's jobs are rolled up apart; a job whose attempts run across a chunk boundary is
 /// rolled up again from its attempts on both sides. After a write the attempt cache rebuilds
 /// only the chunks the write fell into, so the rollup of 10 M attempts after a one-attempt write
 /// walks one chunk ([`crate::job_attempt::BATCH_ROWS`] attempts or so) instead of all.
-/// Errors: [`rollup`]'s.
-pub fn rollup_chunks(memo: &RollupMemo, attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let mut kept = crate::cache_lock::lock_or_reset(&memo.chunks, Vec::new);
-    let old = std::mem::take(&mut *kept);
-    let by_array: std::collections::HashMap<*const (), usize> = old
-        .iter()
-        .enumerate()
-        .filter(|(_, (c, _))| c.num_columns() > 0)
-        .map(|(i, (c, _))| (Arc::as_ptr(c.column(0)) as *const (), i))
-        .collect();
+/// Errors: [`rollup`]'s, or [`crate::Error::Internal`] when `ids` and `attempts` differ in length.
+pub fn rollup_chunks(memo: &RollupMemo, attempts: &[RecordBatch], ids: &[u64]) -> Result<Vec<RecordBatch>> {
+    if ids.len() != attempts.len() {
+        return Err(crate::Error::Internal("job_rollup: a chunk id for each chunk".into()));
+    }
+    let mut kept = crate::cache_lock::lock_or_reset(&memo.chunks, Default::default);
+    let mut old = std::mem::take(&mut *kept);
     let mut per_chunk: Vec<Vec<RecordBatch>> = Vec::with_capacity(attempts.len());
-    for chunk in attempts {
-        let held = (chunk.num_columns() > 0)
-            .then(|| by_array.get(&(Arc::as_ptr(chunk.column(0)) as *const ())))
-            .flatten()
-            .map(|&i| &old[i])
-            .filter(|(c, _)| same_arrays(c, chunk));
-        per_chunk.push(match held {
-            Some((_, rows)) => rows.clone(),
+    for (chunk, id) in attempts.iter().zip(ids) {
+        per_chunk.push(match old.remove(id) {
+            Some(rows) => rows,
             None => rollup(std::slice::from_ref(chunk))?,
         });
     }
-    drop(old);
-    *kept = attempts.iter().cloned().zip(per_chunk.iter().cloned()).collect();
+    *kept = ids.iter().copied().zip(per_chunk.iter().cloned()).collect();
     drop(kept);
 
     let mut out: Vec<RecordBatch> = Vec::new();
@@ -377,28 +361,38 @@ mod tests {
                 chunks.push(all.slice(at, c - at));
                 at = c;
             }
+            let ids: Vec<u64> = (0..chunks.len() as u64).collect();
             let memo = RollupMemo::default();
-            assert_eq!(text(&rollup_chunks(&memo, &chunks).unwrap()), whole, "cuts {cuts:?}");
-            // Again with the same arrays: answered from the memo, the same rows.
             assert_eq!(
-                text(&rollup_chunks(&memo, &chunks).unwrap()),
+                text(&rollup_chunks(&memo, &chunks, &ids).unwrap()),
+                whole,
+                "cuts {cuts:?}"
+            );
+            // Again with the same ids: answered from the memo, the same rows.
+            assert_eq!(
+                text(&rollup_chunks(&memo, &chunks, &ids).unwrap()),
                 whole,
                 "cuts {cuts:?}, again"
             );
         }
-        // One chunk replaced (a write merged into it): the others' rows come from the memo.
+        // One chunk replaced (a write merged into it, a new id): the other's rows come from the
+        // memo, and a memo entry of other rows under a reused id shows that they do.
         let memo = RollupMemo::default();
         let first = vec![all.slice(0, 3), all.slice(3, 5)];
-        rollup_chunks(&memo, &first).unwrap();
+        rollup_chunks(&memo, &first, &[1, 2]).unwrap();
         let changed = attempts(&[
             ("a", "free", 1, Some("x")),
             ("a", "paid", 1000, Some("w")),
             ("b", "free", 2, None),
             ("b", "paid", 4, Some("y")),
         ]);
-        let got = text(&rollup_chunks(&memo, &[changed.clone(), first[1].clone()]).unwrap());
-        let want = text(&rollup(&[changed, first[1].clone()]).unwrap());
+        let got = text(&rollup_chunks(&memo, &[changed.clone(), first[1].clone()], &[3, 2]).unwrap());
+        let want = text(&rollup(&[changed.clone(), first[1].clone()]).unwrap());
         assert_eq!(got, want);
+        let stale = RollupMemo::default();
+        rollup_chunks(&stale, &first, &[1, 2]).unwrap();
+        let wrong = text(&rollup_chunks(&stale, &[changed, first[1].clone()], &[1, 2]).unwrap());
+        assert_ne!(wrong, want, "an id seen before is answered from the memo");
         assert!(
             got.contains("| a      | k-a      | 1             | 1             | 1003   | 2         |"),
             "{got}"

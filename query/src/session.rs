@@ -160,7 +160,8 @@ impl Session {
                 // Only the chunks a write changed are rolled up again.
                 let memo = Arc::new(job_rollup::RollupMemo::default());
                 Arc::new(move |_: &Ledger| {
-                    job_rollup::rollup_chunks(&memo, &attempts.columns(&job_attempt::ROLLUP_COLUMNS)?)
+                    let (chunks, ids) = attempts.chunks(&job_attempt::ROLLUP_COLUMNS)?;
+                    job_rollup::rollup_chunks(&memo, &chunks, &ids)
                 })
             }),
             ("job_week", job_week::schema(), {
