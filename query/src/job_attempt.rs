@@ -464,6 +464,52 @@ impl Cached {
         }
     }
 
+    /// Adds the columns of `batches` (of `columns`, in that order) that are not held, cut into
+    /// the held chunks: `batches` hold the same rows in the same order (a scan at the held
+    /// position), chunked otherwise. Errors: [`crate::Error::Internal`] when the row counts
+    /// differ.
+    fn adopt(&mut self, columns: &[usize], batches: &[RecordBatch]) -> Result<()> {
+        use datafusion::arrow::compute::concat;
+        let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if total != self.rows() {
+            return Err(crate::Error::Internal(format!(
+                "a scan at the held position read {total} attempts, not {}",
+                self.rows()
+            )));
+        }
+        for (i, &c) in columns.iter().enumerate() {
+            if self.columns.contains_key(&c) {
+                continue;
+            }
+            let mut arrays = Vec::with_capacity(self.chunk_rows.len());
+            // (batch, row) where the next chunk starts.
+            let (mut b, mut at) = (0, 0);
+            for &rows in &self.chunk_rows {
+                let mut pieces: Vec<ArrayRef> = Vec::new();
+                let mut left = rows;
+                while left > 0 {
+                    let batch = &batches[b];
+                    let take = left.min(batch.num_rows() - at);
+                    pieces.push(batch.column(i).slice(at, take));
+                    (at, left) = (at + take, left - take);
+                    if at == batch.num_rows() {
+                        (b, at) = (b + 1, 0);
+                    }
+                }
+                arrays.push(match pieces.len() {
+                    1 => pieces.remove(0),
+                    _ => {
+                        let refs: Vec<&dyn datafusion::arrow::array::Array> =
+                            pieces.iter().map(|a| a.as_ref()).collect();
+                        concat(&refs).map_err(datafusion::error::DataFusionError::from)?
+                    }
+                });
+            }
+            self.columns.insert(c, arrays);
+        }
+        Ok(())
+    }
+
     /// Rows held.
     fn rows(&self) -> usize {
         self.chunk_rows.iter().sum()
@@ -701,6 +747,15 @@ impl AttemptCache {
                 all.extend(KEY_COLUMNS.iter().filter(|k| !columns.contains(k)));
                 let (again, position) = self.scan(&all)?;
                 cached.keep(&all, &again, position);
+            } else if !cached.columns.is_empty()
+                && !fresh
+                    .iter()
+                    .map(RecordBatch::num_rows)
+                    .eq(cached.chunk_rows.iter().copied())
+            {
+                // The same snapshot, but the held columns were merged into since their scan, so
+                // their chunks are cut elsewhere: cut the new columns the same way.
+                cached.adopt(&need, &fresh)?;
             } else {
                 cached.keep(&need, &fresh, position);
             }
@@ -835,12 +890,54 @@ mod tests {
     }
 
     #[test]
+    fn columns_scanned_after_a_merge_are_cut_into_the_held_chunks() {
+        // Held: chunks of 3 and 2 rows, as merges left them; a scan at the same position cuts
+        // the same five rows 2 + 3.
+        let mut c = cached(&[&[("b", 1), ("b", 2), ("d", 1)], &[("f", 1), ("h", 1)]]);
+        let rows = [
+            stored("b", 1, 11),
+            stored("b", 2, 12),
+            stored("d", 1, 13),
+            stored("f", 1, 14),
+            stored("h", 1, 15),
+        ];
+        let wanted = [0, 2, 8];
+        let schema: SchemaRef = Arc::new(schema().project(&wanted).unwrap());
+        let mut want = [false; COLUMNS];
+        wanted.iter().for_each(|&w| want[w] = true);
+        let scan: Vec<RecordBatch> = [&rows[..2], &rows[2..]]
+            .iter()
+            .map(|part| {
+                let mut b = Builders::for_columns(part.len(), want);
+                part.iter().for_each(|r| {
+                    let mut r = r.clone();
+                    r.attempt.tokens_out = r.attempt.tokens_in;
+                    b.push(r.as_ref())
+                });
+                b.finish_columns(&wanted, &schema).unwrap()
+            })
+            .collect();
+        let ids = c.chunk_ids.clone();
+        c.adopt(&wanted, &scan).unwrap();
+        assert_eq!(c.chunk_rows, [3, 2]);
+        assert_eq!(c.chunk_ids, ids, "the held chunks are the same versions");
+        let tokens_out: Vec<Vec<i64>> = c.columns[&8]
+            .iter()
+            .map(|a| a.as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(tokens_out, [vec![11, 12, 13], vec![14, 15]]);
+        // A scan of other rows is refused rather than misaligned.
+        assert!(c.adopt(&[0, 2, 9], &scan[..1]).is_err());
+    }
+
+    #[test]
     fn a_chunk_grown_past_the_limit_is_cut_into_batch_sized_slices() {
         let n = CHUNK_ROWS_MAX + 1;
         let jobs: Vec<String> = (0..n).map(|i| format!("j{i:07}")).collect();
+        let (kept, cut) = (next_chunk_id(), next_chunk_id());
         let mut c = Cached {
             chunk_rows: vec![2, n],
-            chunk_ids: vec![10, 11],
+            chunk_ids: vec![kept, cut],
             ..Cached::default()
         };
         c.columns.insert(
@@ -859,10 +956,10 @@ mod tests {
         );
         c.cut();
         assert_eq!(c.chunk_rows, [2, BATCH_ROWS, BATCH_ROWS, 1]);
-        assert_eq!(c.chunk_ids[0], 10, "an uncut chunk keeps its id");
+        assert_eq!(c.chunk_ids[0], kept, "an uncut chunk keeps its id");
         let pieces: std::collections::BTreeSet<u64> = c.chunk_ids[1..].iter().copied().collect();
         assert!(
-            pieces.len() == 3 && !pieces.contains(&10) && !pieces.contains(&11),
+            pieces.len() == 3 && !pieces.contains(&kept) && !pieces.contains(&cut),
             "{:?}",
             c.chunk_ids
         );

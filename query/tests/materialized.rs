@@ -224,6 +224,47 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
     assert_eq!(session.attempt_merges(), 2);
 }
 
+/// Columns first asked for after writes were merged into the held ones are cut into the same
+/// chunks (a scan cuts every 65,536 rows; merged chunks are longer), so a query mixing them
+/// lines up (found by a break-test: a 422 "all columns in a record batch must have the specified
+/// row count", then a panic).
+#[tokio::test]
+async fn columns_first_read_after_merges_line_up_with_the_merged_ones() {
+    let (_d, ledger) = common::ledger_from_drill(48_000, Policy::NoPin, 9);
+    let session = Session::new(ledger.clone()).await.unwrap();
+    let count = "SELECT COUNT(*) FROM job_rollup";
+    let wide = "SELECT COUNT(*), SUM(tokens_in), COUNT(ended_at), COUNT(artifact_id), MAX(model) FROM job_attempt";
+    let rows_before = rows(&session, "SELECT COUNT(*) FROM job_attempt").await;
+    assert!(
+        rows_before[0][0].parse::<usize>().unwrap() > 65_536,
+        "{rows_before:?}: two chunks at least"
+    );
+    rows(&session, count).await;
+    let line = |job: &str, no: u32| {
+        format!(
+            r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{no},"lane":"free","started_at":"2026-11-04T10:00:00Z","ended_at":"2026-11-04T10:00:03Z","outcome":"ok","tokens_in":5,"tokens_out":1,"artifact_id":"a-{job}"}}"#
+        )
+    };
+    // Into the first chunk, then (after the wide query) into the last one.
+    ingest(&ledger, &line("g-job-000001x", 1));
+    let fresh = Session::new(ledger.clone()).await.unwrap();
+    assert_eq!(rows(&session, count).await, rows(&fresh, count).await);
+    assert_eq!(rows(&session, wide).await, rows(&fresh, wide).await);
+    ingest(&ledger, &line("g-job-047999", 5));
+    let fresh = Session::new(ledger.clone()).await.unwrap();
+    let all = [
+        count,
+        wide,
+        "SELECT * FROM job_attempt ORDER BY job_id, attempt_no",
+        "SELECT * FROM job_rollup ORDER BY job_id",
+    ];
+    for sql in all {
+        // Not assert_eq!: a failure would print some 68,000 rows.
+        assert!(rows(&session, sql).await == rows(&fresh, sql).await, "{sql}");
+    }
+    assert_eq!(session.attempt_merges(), 2);
+}
+
 #[tokio::test]
 async fn a_job_id_filter_reads_that_job_only_and_answers_as_a_scan_would() {
     let (_d, ledger) = small();
