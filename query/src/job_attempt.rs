@@ -816,16 +816,22 @@ mod tests {
     /// job_id, attempt_no and tokens_in, as cached: chunks of the given rows.
     const HELD: [usize; 3] = [0, 2, 7];
 
-    fn cached(chunks: &[&[(&str, u32)]]) -> Cached {
-        let schema: SchemaRef = Arc::new(schema().project(&HELD).unwrap());
+    /// `rows` as one batch of `columns`, as a scan builds it.
+    fn batch(rows: &[StoredAttempt], columns: &[usize]) -> RecordBatch {
+        let schema: SchemaRef = Arc::new(schema().project(columns).unwrap());
         let mut want = [false; COLUMNS];
-        HELD.iter().for_each(|&c| want[c] = true);
+        columns.iter().for_each(|&c| want[c] = true);
+        let mut b = Builders::for_columns(rows.len(), want);
+        rows.iter().for_each(|r| b.push(r.as_ref()));
+        b.finish_columns(columns, &schema).unwrap()
+    }
+
+    fn cached(chunks: &[&[(&str, u32)]]) -> Cached {
         let batches: Vec<RecordBatch> = chunks
             .iter()
             .map(|rows| {
-                let mut b = Builders::for_columns(rows.len(), want);
-                rows.iter().for_each(|&(j, n)| b.push(stored(j, n, 1).as_ref()));
-                b.finish_columns(&HELD, &schema).unwrap()
+                let rows: Vec<StoredAttempt> = rows.iter().map(|&(j, n)| stored(j, n, 1)).collect();
+                batch(&rows, &HELD)
             })
             .collect();
         let mut c = Cached::default();
@@ -902,21 +908,14 @@ mod tests {
             stored("h", 1, 15),
         ];
         let wanted = [0, 2, 8];
-        let schema: SchemaRef = Arc::new(schema().project(&wanted).unwrap());
-        let mut want = [false; COLUMNS];
-        wanted.iter().for_each(|&w| want[w] = true);
-        let scan: Vec<RecordBatch> = [&rows[..2], &rows[2..]]
-            .iter()
-            .map(|part| {
-                let mut b = Builders::for_columns(part.len(), want);
-                part.iter().for_each(|r| {
-                    let mut r = r.clone();
-                    r.attempt.tokens_out = r.attempt.tokens_in;
-                    b.push(r.as_ref())
-                });
-                b.finish_columns(&wanted, &schema).unwrap()
+        let rows: Vec<StoredAttempt> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.attempt.tokens_out = r.attempt.tokens_in;
+                r
             })
             .collect();
+        let scan = [batch(&rows[..2], &wanted), batch(&rows[2..], &wanted)];
         let ids = c.chunk_ids.clone();
         c.adopt(&wanted, &scan).unwrap();
         assert_eq!(c.chunk_rows, [3, 2]);
