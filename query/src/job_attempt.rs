@@ -440,6 +440,25 @@ struct Cached {
     /// table computed chunk by chunk knows which chunks it has seen ([`AttemptCache::chunks`]).
     chunk_ids: Vec<u64>,
     columns: std::collections::BTreeMap<usize, Vec<ArrayRef>>,
+    /// Which reading of the ledger the columns hold: new whenever they are read whole again
+    /// ([`Cached::keep`] into nothing held), kept across merges. A [`Cursor`] names it.
+    epoch: u64,
+    /// The rows merged into the columns in this epoch, oldest first, at most [`LOG_ROWS`]: what a
+    /// table kept up to date by the rows a write changed reads ([`AttemptCache::columns_since`]).
+    log: std::collections::VecDeque<StoredAttempt>,
+    /// How many rows of this epoch's log were dropped from its front.
+    log_dropped: usize,
+}
+
+/// The most merged rows [`Cached`] keeps in its log; a table further behind is computed again.
+const LOG_ROWS: usize = 1 << 16;
+
+/// Where a table computed from the attempt cache stands: the epoch of the columns it read and
+/// how many merged rows of that epoch it has taken ([`AttemptCache::columns_since`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cursor {
+    epoch: u64,
+    rows: usize,
 }
 
 /// An id no chunk of this process has had.
@@ -455,6 +474,12 @@ impl Cached {
     /// Takes `batches` (of `columns`, in that order), read at chain position `position`, as
     /// this generation's arrays of those columns.
     fn keep(&mut self, columns: &[usize], batches: &[RecordBatch], position: u64) {
+        if self.columns.is_empty() {
+            // A new reading: merges logged before do not lead to these rows.
+            self.epoch = next_chunk_id();
+            self.log.clear();
+            self.log_dropped = 0;
+        }
         self.position = position;
         self.chunk_rows = batches.iter().map(RecordBatch::num_rows).collect();
         self.chunk_ids = batches.iter().map(|_| next_chunk_id()).collect();
@@ -680,6 +705,10 @@ impl AttemptCache {
                     if cached.merge(&rows).is_err() {
                         return false;
                     }
+                    cached.log.extend(rows);
+                    let over = cached.log.len().saturating_sub(LOG_ROWS);
+                    cached.log.drain(..over);
+                    cached.log_dropped += over;
                     self.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 cached.position = position;
@@ -709,11 +738,40 @@ impl AttemptCache {
     /// sees again (see [`crate::job_rollup::RollupMemo`]).
     pub fn chunks(&self, columns: &[usize]) -> Result<(Vec<RecordBatch>, Vec<u64>)> {
         let mut cached = crate::cache_lock::lock_or_reset(&self.cached, Cached::default);
+        self.read(&mut cached, columns)
+    }
+
+    /// [`AttemptCache::columns`], with where they stand ([`Cursor`]) and, when `since` is of the
+    /// same reading and not too far behind, the rows merged into them since `since`, oldest
+    /// first (each in force as merged; a row can come more than once): what a table kept up to
+    /// date by the rows each write changed needs, instead of computing itself again from the
+    /// columns. `None` when it must compute again: the columns were read again (a retention
+    /// sweep, a write too large to merge, a new process) or more than 65,536 rows were merged
+    /// since. Errors: [`scan_columns`]'.
+    pub fn columns_since(
+        &self,
+        columns: &[usize],
+        since: Option<Cursor>,
+    ) -> Result<(Vec<RecordBatch>, Cursor, Option<Vec<StoredAttempt>>)> {
+        let mut cached = crate::cache_lock::lock_or_reset(&self.cached, Cached::default);
+        let (batches, _) = self.read(&mut cached, columns)?;
+        let cursor = Cursor {
+            epoch: cached.epoch,
+            rows: cached.log_dropped + cached.log.len(),
+        };
+        let changes = since
+            .filter(|s| s.epoch == cursor.epoch && (cached.log_dropped..=cursor.rows).contains(&s.rows))
+            .map(|s| cached.log.iter().skip(s.rows - cached.log_dropped).cloned().collect());
+        Ok((batches, cursor, changes))
+    }
+
+    /// [`AttemptCache::chunks`] under the cache's lock.
+    fn read(&self, cached: &mut Cached, columns: &[usize]) -> Result<(Vec<RecordBatch>, Vec<u64>)> {
         // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
         // is never newer than its rows claim.
         let generation = self.ledger.generation();
         if cached.generation != Some(generation) {
-            if self.catch_up(&mut cached) {
+            if self.catch_up(cached) {
                 cached.generation = Some(generation);
             } else {
                 *cached = Cached {

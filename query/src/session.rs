@@ -99,6 +99,8 @@ pub struct Session {
     memo: Arc<Mutex<Memo>>,
     /// The Arrow columns of the attempts, shared by every table built from them.
     pub(crate) attempts: Arc<job_attempt::AttemptCache>,
+    /// `idem_artifacts`, kept up to date from the rows each write changed.
+    idem_artifacts: Arc<idem_artifacts::IdemArtifactsMemo>,
 }
 
 /// Results derived from the ledger (weeks, review sections), remembered until its next write.
@@ -154,6 +156,7 @@ impl Session {
         // One Arrow copy of the attempts per write generation, shared by job_attempt and the
         // job_rollup materialized from it.
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
+        let idem_memo = Arc::new(idem_artifacts::IdemArtifactsMemo::default());
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
             ("job_rollup", job_rollup::schema(), {
                 let attempts = attempts.clone();
@@ -174,9 +177,9 @@ impl Session {
             }),
             (idem_artifacts::TABLE, idem_artifacts::schema(), {
                 let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| {
-                    idem_artifacts::idem_artifacts(&attempts.columns(&job_attempt::ROLLUP_COLUMNS)?)
-                })
+                // Brought up to date from the rows each write changed.
+                let memo = idem_memo.clone();
+                Arc::new(move |_: &Ledger| memo.table(&attempts))
             }),
             (
                 "attempt_conflict",
@@ -246,6 +249,7 @@ impl Session {
             config: Arc::new(config),
             memo: Arc::default(),
             attempts,
+            idem_artifacts: idem_memo,
         })
     }
 
@@ -261,6 +265,13 @@ impl Session {
     /// (see [`job_attempt::AttemptCache`]).
     pub fn attempt_merges(&self) -> u64 {
         self.attempts.merges()
+    }
+
+    /// How many times this session has computed `idem_artifacts` from every attempt, instead of
+    /// bringing it up to date from the rows the writes since changed (see
+    /// [`idem_artifacts::IdemArtifactsMemo`]).
+    pub fn idem_artifacts_computes(&self) -> u64 {
+        self.idem_artifacts.computes()
     }
 
     /// The lane.yaml settings this session applies.

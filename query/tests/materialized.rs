@@ -170,6 +170,7 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
     let first = answers(&session).await;
     assert_eq!(first, answers(&Session::new(ledger.clone()).await.unwrap()).await);
     let scans = session.attempt_scans();
+    let computes = session.idem_artifacts_computes();
     let at = |job: &str, no: u32, rest: &str| {
         format!(
             r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{no},"lane":"paid","started_at":"2026-11-03T10:00:00Z"{rest}}}"#
@@ -191,6 +192,9 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
             at("g-000300", 9, done),
             at("g-000001", 7, done),
             at("a-first", 1, done),
+            // A second artifact for a drill idem_key, and the first again under another job.
+            r#"{"job_id":"b-dup","idem_key":"g-idem-000100","attempt_no":1,"lane":"paid","started_at":"2026-11-03T10:00:00Z","artifact_id":"x-2"}"#.to_string(),
+            r#"{"job_id":"b-dup","idem_key":"g-idem-000100","attempt_no":2,"lane":"paid","started_at":"2026-11-03T10:00:00Z","artifact_id":"x-2"}"#.to_string(),
         ]
         .join("\n"),
         // Only a duplicate: nothing changes.
@@ -204,6 +208,12 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
             session.attempt_scans(),
             scans,
             "after write {}: merged, not scanned",
+            i + 1
+        );
+        assert_eq!(
+            session.idem_artifacts_computes(),
+            computes,
+            "after write {}: idem_artifacts brought up to date, not computed again",
             i + 1
         );
     }
@@ -221,6 +231,10 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
     let fresh = Session::new(ledger.clone()).await.unwrap();
     assert_eq!(answers(&session).await, answers(&fresh).await, "after the sweep");
     assert!(session.attempt_scans() > scans, "a sweep makes the session scan");
+    assert!(
+        session.idem_artifacts_computes() > computes,
+        "and compute idem_artifacts again"
+    );
     assert_eq!(session.attempt_merges(), 2);
 }
 
