@@ -159,7 +159,7 @@ impl TableProvider for LedgerTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         _limit: Option<usize>,
@@ -169,14 +169,14 @@ impl TableProvider for LedgerTable {
         {
             let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
             let batches = blocking(move || read(&ledger, &job_id)).await?;
-            return self.source(batches, projection);
+            return self.source(state, batches, projection);
         }
         if let Some(read) = &self.week_read
             && let Some(week) = filters.iter().find_map(|f| literal_of(f, "iso_week"))
         {
             let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
             let batches = cached(&self.ledger, &self.week_cache, week, move || read(&ledger, &w)).await?;
-            return self.source(batches.as_ref().clone(), projection);
+            return self.source(state, batches.as_ref().clone(), projection);
         }
         let read = match &self.read {
             Read::Whole(read) => read,
@@ -186,12 +186,12 @@ impl TableProvider for LedgerTable {
                     .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
                 let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
                 let batches = blocking(move || read(&ledger, &cols)).await?;
-                return self.projected_source(batches, &columns);
+                return self.projected_source(state, batches, &columns);
             }
         };
         let (ledger, read) = (self.ledger.clone(), read.clone());
         let batches = cached(&self.ledger, &self.cache, "", move || read(&ledger)).await?;
-        self.source(batches.as_ref().clone(), projection)
+        self.source(state, batches.as_ref().clone(), projection)
     }
 }
 
@@ -230,15 +230,18 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl LedgerTable {
-    /// `batches` of the projected `columns` (indexes into the schema) as one in-memory partition;
-    /// the declared order holds for the longest prefix of its columns that was read.
+    /// `batches` of the projected `columns` (indexes into the schema) as in-memory partitions
+    /// ([`partitions`]); the declared order holds in each for the longest prefix of its columns
+    /// that was read.
     fn projected_source(
         &self,
+        state: &dyn Session,
         batches: Vec<RecordBatch>,
         columns: &[usize],
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let schema = Arc::new(self.schema.project(columns)?);
-        let mut source = MemorySourceConfig::try_new(&[batches], schema.clone(), None)?;
+        let parts = partitions(batches, state.config().target_partitions());
+        let mut source = MemorySourceConfig::try_new(&parts, schema.clone(), None)?;
         let sort: Vec<PhysicalSortExpr> = self
             .order
             .iter()
@@ -250,13 +253,15 @@ impl LedgerTable {
         Ok(DataSourceExec::from_data_source(source))
     }
 
-    /// `batches` (in the table's declared order) as one in-memory partition.
+    /// `batches` (in the table's declared order) as in-memory partitions ([`partitions`]).
     fn source(
         &self,
+        state: &dyn Session,
         batches: Vec<RecordBatch>,
         projection: Option<&Vec<usize>>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let mut source = MemorySourceConfig::try_new(&[batches], self.schema.clone(), projection.cloned())?;
+        let parts = partitions(batches, state.config().target_partitions());
+        let mut source = MemorySourceConfig::try_new(&parts, self.schema.clone(), projection.cloned())?;
         let sort: Vec<PhysicalSortExpr> = self
             .order
             .iter()
@@ -267,6 +272,28 @@ impl LedgerTable {
         }
         Ok(DataSourceExec::from_data_source(source))
     }
+}
+
+/// `batches` cut into at most `n` partitions of consecutive batches with about as many rows
+/// each, so that each partition keeps the table's order and a sorted read only merges them
+/// (DataFusion would otherwise deal one partition's batches out itself, declare the order lost
+/// and sort every row again: `ORDER BY job_id, attempt_no` over all of `job_attempt` ran out of
+/// query memory at 1 M attempts).
+fn partitions(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let n = n.clamp(1, batches.len().max(1));
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new()];
+    let mut rows = 0;
+    for batch in batches {
+        // Start the next partition once this one holds its share.
+        let share = total.div_ceil(n) * parts.len();
+        if rows >= share && parts.len() < n && !parts.last().is_some_and(Vec::is_empty) {
+            parts.push(Vec::new());
+        }
+        rows += batch.num_rows();
+        parts.last_mut().expect("one at least").push(batch);
+    }
+    parts
 }
 
 /// The value of a `<column> = '<literal>'` (or `'<literal>' = <column>`) filter.
@@ -295,5 +322,63 @@ fn value_of<'e>(c: &'e Expr, l: &'e Expr, column: &str) -> Option<&'e str> {
             ),
         ) if col.name == column => Some(v.as_str()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(from: i64, rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(from..from + rows))]).unwrap()
+    }
+
+    /// Partitions are runs of consecutive batches, in order, with about as many rows each.
+    #[test]
+    fn partitions_are_runs_of_consecutive_batches_of_about_equal_rows() {
+        let sizes = |parts: &[Vec<RecordBatch>]| -> Vec<Vec<usize>> {
+            parts
+                .iter()
+                .map(|p| p.iter().map(RecordBatch::num_rows).collect())
+                .collect()
+        };
+        // (rows of each batch, partitions asked for, rows of each batch of each partition)
+        type Case = (&'static [i64], usize, Vec<Vec<usize>>);
+        let cases: [Case; 6] = [
+            (&[], 2, vec![vec![]]),
+            (&[10], 2, vec![vec![10]]),
+            (&[10, 10], 2, vec![vec![10], vec![10]]),
+            (&[10, 10, 10], 2, vec![vec![10, 10], vec![10]]),
+            (
+                &[65_536, 65_536, 65_536, 34_000],
+                2,
+                vec![vec![65_536, 65_536], vec![65_536, 34_000]],
+            ),
+            (&[5, 5, 5, 5], 1, vec![vec![5, 5, 5, 5]]),
+        ];
+        for (rows, n, expected) in cases {
+            let mut from = 0;
+            let batches: Vec<RecordBatch> = rows
+                .iter()
+                .map(|&r| {
+                    from += r;
+                    batch(from - r, r)
+                })
+                .collect();
+            let parts = partitions(batches, n);
+            assert_eq!(sizes(&parts), expected, "{rows:?} into {n}");
+            let firsts: Vec<i64> = parts
+                .iter()
+                .flatten()
+                .map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0))
+                .collect();
+            assert!(
+                firsts.windows(2).all(|w| w[0] < w[1]),
+                "{rows:?}: batches keep their order"
+            );
+        }
     }
 }

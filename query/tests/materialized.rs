@@ -461,3 +461,31 @@ async fn job_week_and_week_rollup_follow_each_jobs_first_start() {
         Vec::<Vec<String>>::new()
     );
 }
+
+/// A read in a table's declared order, over several batches, merges the table's partitions (each
+/// in that order) instead of sorting every row again: the sort ran out of query memory on
+/// `SELECT * FROM job_attempt ORDER BY job_id, attempt_no` at 1 M attempts.
+#[tokio::test]
+async fn a_read_in_the_tables_order_merges_its_partitions_instead_of_sorting() {
+    let (_d, ledger) = common::ledger_from_drill(48_000, Policy::NoPin, 9);
+    let session = Session::new(ledger).await.unwrap();
+    let attempts = rows(&session, "SELECT COUNT(*) FROM job_attempt").await[0][0]
+        .parse::<usize>()
+        .unwrap();
+    assert!(attempts > 65_536, "{attempts}: more than one batch");
+    for (sql, expected) in [
+        (
+            "SELECT job_id, attempt_no FROM job_attempt ORDER BY job_id, attempt_no",
+            attempts,
+        ),
+        ("SELECT job_id, 0 FROM job_rollup ORDER BY job_id", 48_000),
+    ] {
+        let plan = format!("{:?}", rows(&session, &format!("EXPLAIN {sql}")).await);
+        assert!(plan.contains("SortPreservingMergeExec"), "{sql}: {plan}");
+        assert!(!plan.contains("SortExec"), "{sql}: no sort, {plan}");
+        let got = rows(&session, sql).await;
+        assert_eq!(got.len(), expected, "{sql}");
+        let key = |r: &Vec<String>| (r[0].clone(), r[1].parse::<i64>().unwrap());
+        assert!(got.windows(2).all(|w| key(&w[0]) < key(&w[1])), "{sql}: in key order");
+    }
+}
