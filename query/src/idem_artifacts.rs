@@ -1,5 +1,6 @@
-//! `idem_artifacts`: the distinct artifacts of each idempotency key, materialized once per write
-//! generation, and the plan rewrite that answers seed 000's second query from it.
+//! `idem_artifacts`: the distinct artifacts of each idempotency key, materialized once and then
+//! brought up to date from the rows each write changed ([`IdemArtifactsMemo`]), and the plan
+//! rewrite that answers seed 000's second query from it.
 //!
 //! The table is exactly
 //!
@@ -10,8 +11,8 @@
 //! GROUP BY idem_key
 //! ```
 //!
-//! (an idem_key with no artifact has no row), computed by [`idem_artifacts`] in one pass over the
-//! cached `job_attempt` batches. [`IdemArtifactsRule`] is an analyzer rule: where a plan groups
+//! (an idem_key with no artifact has no row), computed whole by [`idem_artifacts`] in one pass over
+//! the cached `job_attempt` batches. [`IdemArtifactsRule`] is an analyzer rule: where a plan groups
 //! `job_attempt` by `idem_key` alone, counts `DISTINCT artifact_id` alone, over
 //! `WHERE artifact_id IS NOT NULL` alone, it reads `idem_artifacts` instead, under the same output
 //! names. Seed 000's duplicates query (q2) has that shape; its text runs unchanged, and
@@ -385,31 +386,13 @@ impl AnalyzerRule for IdemArtifactsRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use laneledger_store::{Attempt, Lane};
 
+    /// Job `j-{job}`'s first attempt, with idem_key `k-{idem}` and artifact `a-{artifact}`.
     fn row(job: usize, idem: usize, artifact: Option<usize>) -> StoredAttempt {
-        StoredAttempt {
-            attempt: Attempt {
-                job_id: format!("j-{job:06}"),
-                idem_key: format!("k-{idem:06}"),
-                attempt_no: 1,
-                lane: Lane::Free,
-                started_at: 0,
-                ended_at: None,
-                outcome: None,
-                tokens_in: None,
-                tokens_out: None,
-                artifact_id: artifact.map(|a| format!("a-{a}")),
-                http_status: None,
-                provider_code: None,
-                key_id: None,
-                pool_id: None,
-                model: None,
-                attrs: None,
-            },
-            seq: job as u64 + 1,
-            ingested_at: 0,
-        }
+        let mut r = job_attempt::tests::stored(&format!("j-{job:06}"), 1, 0);
+        r.attempt.idem_key = format!("k-{idem:06}");
+        r.attempt.artifact_id = artifact.map(|a| format!("a-{a}"));
+        r
     }
 
     /// The table's rows, sorted, as (idem_key, artifacts).

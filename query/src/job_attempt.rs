@@ -841,12 +841,14 @@ impl AttemptCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use datafusion::arrow::array::{Array, Int64Array, StringArray};
     use laneledger_store::{Attempt, Lane};
 
-    fn stored(job_id: &str, attempt_no: u32, tokens_in: u64) -> StoredAttempt {
+    /// An open free-lane attempt with idem_key `k-{job_id}` and `tokens_in`, nothing else set
+    /// (also the fixture of the tables computed from the cache, e.g. `idem_artifacts`).
+    pub(crate) fn stored(job_id: &str, attempt_no: u32, tokens_in: u64) -> StoredAttempt {
         StoredAttempt {
             attempt: Attempt {
                 job_id: job_id.into(),
