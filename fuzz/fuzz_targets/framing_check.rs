@@ -3,13 +3,20 @@
 //!
 //! For NDJSON and CSV, attempts and gate decisions: reading never panics and never fails (the
 //! input is in memory); every line is a record or a reject with a reason; line numbers only grow;
-//! and an NDJSON record's raw text decodes again to the same record.
+//! an NDJSON record's raw text decodes again to the same record; and the flat-object JSON reader
+//! reads each line as serde_json does, where it reads it at all.
 
 use laneledger_store::decision::DecisionDecoder;
 use laneledger_store::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 
 /// Checks every invariant on `data`; panics on the first that fails.
 pub fn check(data: &[u8]) {
+    for line in data.split(|&b| b == b'\n') {
+        if let Ok(line) = std::str::from_utf8(line) {
+            let disagreement = laneledger_store::parse::flat_reader_disagreement(line);
+            assert_eq!(disagreement, None, "{line:?}");
+        }
+    }
     for format in [InputFormat::Ndjson, InputFormat::Csv] {
         check_one::<AttemptDecoder>(data, format);
         check_one::<DecisionDecoder>(data, format);

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::parse::{
     Cell, FieldError, InputFormat, LineError, LineReader, RecordDecoder, boolean, from_csv_with, from_json_with, id,
-    integer, number, string, timestamp,
+    integer, number, text, timestamp,
 };
 use crate::policy::gate::{GateDecision, GateInput, decide_safe, dwell};
 use crate::record::Reject;
@@ -256,10 +256,10 @@ fn decode_decision<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> 
             "deadline_slack_s" => deadline_slack_s = Some(number("deadline_slack_s", cell, false)?),
             "max_queue_age_s" => max_queue_age_s = Some(number("max_queue_age_s", cell, true)?),
             "decision" => {
-                let s = string("decision", cell)?;
+                let s = text("decision", cell)?;
                 decision = Some(
-                    GateDecision::parse(&s)
-                        .ok_or(("decision", format!("{s:?} is not admit_free, defer or reserved")))?,
+                    GateDecision::parse(s)
+                        .ok_or_else(|| ("decision", format!("{s:?} is not admit_free, defer or reserved")))?,
                 );
             }
             "retry_count" => retry_count = Some(integer("retry_count", cell, 0, i64::MAX as u64)?),

@@ -309,16 +309,16 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             "idem_key" => idem_key = Some(id("idem_key", cell)?),
             "attempt_no" => attempt_no = Some(integer("attempt_no", cell, 1, MAX_ATTEMPT_NO)? as u32),
             "lane" => {
-                let s = string("lane", cell)?;
-                lane = Some(Lane::parse(&s).ok_or(("lane", format!("{s:?} is not free or paid")))?);
+                let s = text("lane", cell)?;
+                lane = Some(Lane::parse(s).ok_or_else(|| ("lane", format!("{s:?} is not free or paid")))?);
             }
             "started_at" => started_at = Some(timestamp("started_at", cell)?),
             "ended_at" => a.ended_at = Some(timestamp("ended_at", cell)?),
             "outcome" => {
-                let s = string("outcome", cell)?;
+                let s = text("outcome", cell)?;
                 a.outcome = Some(
-                    Outcome::parse(&s)
-                        .ok_or(("outcome", format!("{s:?} is not ok, retryable, ambiguous or permanent")))?,
+                    Outcome::parse(s)
+                        .ok_or_else(|| ("outcome", format!("{s:?} is not ok, retryable, ambiguous or permanent")))?,
                 );
             }
             "tokens_in" => a.tokens_in = Some(integer("tokens_in", cell, 0, MAX_TOKENS)?),
@@ -351,11 +351,11 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
     } else {
         export.keep(&mut attrs);
     }
-    a.job_id = job_id.ok_or(("job_id", "missing".to_string()))?;
-    a.idem_key = idem_key.ok_or(("idem_key", "missing".to_string()))?;
-    a.attempt_no = attempt_no.ok_or(("attempt_no", "missing".to_string()))?;
-    a.lane = lane.ok_or(("lane", "missing".to_string()))?;
-    a.started_at = started_at.ok_or(("started_at", "missing".to_string()))?;
+    a.job_id = job_id.ok_or_else(|| ("job_id", "missing".to_string()))?;
+    a.idem_key = idem_key.ok_or_else(|| ("idem_key", "missing".to_string()))?;
+    a.attempt_no = attempt_no.ok_or_else(|| ("attempt_no", "missing".to_string()))?;
+    a.lane = lane.ok_or_else(|| ("lane", "missing".to_string()))?;
+    a.started_at = started_at.ok_or_else(|| ("started_at", "missing".to_string()))?;
     if !attrs.is_empty() {
         a.attrs = Some(serde_json::to_string(&attrs).expect("a map of JSON values serializes"));
     }
@@ -466,10 +466,15 @@ impl<'de> serde::Deserialize<'de> for Members<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
                 let mut out: Vec<(Name<'de>, Member<'de>)> = Vec::with_capacity(16);
+                // As in `flat_members`: bit `n % 64` is set once a name of `n` bytes was read, and
+                // only a name whose length was seen is looked for among the earlier ones.
+                let mut lengths = 0u64;
                 while let Some((k, v)) = map.next_entry::<Name<'de>, Member<'de>>()? {
-                    if out.iter().any(|(seen, _)| seen.0 == k.0) {
+                    let bit = 1u64 << (k.0.len() % 64);
+                    if lengths & bit != 0 && out.iter().any(|(seen, _)| seen.0 == k.0) {
                         return Err(serde::de::Error::custom(format!("duplicate key {:?}", k.0)));
                     }
+                    lengths |= bit;
                     out.push((k, v));
                 }
                 Ok(Members(out))
@@ -483,12 +488,160 @@ impl<'de> serde::Deserialize<'de> for Members<'de> {
 /// fault (bad JSON, a CSV row of the wrong width).
 pub type LineError = (Option<String>, String);
 
+/// JSON's whitespace: space, tab, line feed, carriage return (RFC 8259 §2).
+fn skip_json_whitespace(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The index of the first quote, backslash or control character (below 0x20) at or after `j`.
+/// Eight bytes are tested at a time (the "has a byte less than n" and "has a zero byte" word
+/// tricks, exact for whether a word holds such a byte); the word that does is then read byte by
+/// byte.
+fn string_stop(b: &[u8], mut j: usize) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = ONES * 0x80;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    while let Some(word) = b.get(j..j + 8) {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let stop = zero_byte(w ^ (ONES * u64::from(b'"')))
+            | zero_byte(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+        if stop != 0 {
+            break;
+        }
+        j += 8;
+    }
+    b[j..]
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .map(|k| j + k)
+}
+
+/// A JSON string starting at `b[i] == '"'` that has no escape and no control character: its text
+/// (borrowed from `line`) and the index after its closing quote. `None` for any other string.
+fn flat_string(line: &str, i: usize) -> Option<(&str, usize)> {
+    let b = line.as_bytes();
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let end = string_stop(b, i + 1)?;
+    // `"` is ASCII, so both ends are character boundaries of `line`.
+    (b[end] == b'"').then(|| (&line[i + 1..end], end + 1))
+}
+
+/// A JSON integer starting at `b[i]`, a digit: its value and the index after it. `None` for a
+/// leading zero followed by a digit (not JSON) or a value above `u64::MAX` (read as a float by
+/// serde_json). A fraction or exponent after it is left for the caller, which refuses it.
+fn flat_integer(b: &[u8], i: usize) -> Option<(u64, usize)> {
+    let digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits > 1 && b[i] == b'0' {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &c in &b[i..i + digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some((n, i + digits))
+}
+
+/// Reads a flat JSON object — member names and string values without escapes, non-negative
+/// integers, `true`, `false` and `null` — without serde_json's general machinery: what almost
+/// every router's log line is. `None` for anything else (an escape, a float, a negative number,
+/// an array or object value, a repeated name, bad JSON), which the general reader then reads,
+/// giving its own answer or error. When this gives members, they are the ones serde_json gives
+/// (the test `the_flat_reader_reads_what_serde_json_reads` and the fuzz target check it).
+fn flat_members(line: &str) -> Option<Members<'_>> {
+    let b = line.as_bytes();
+    let mut i = skip_json_whitespace(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_json_whitespace(b, i + 1);
+    let mut out: Vec<(Name<'_>, Member<'_>)> = Vec::with_capacity(16);
+    // Bit `n % 64` is set once a name of `n` bytes was read.
+    let mut lengths = 0u64;
+    if b.get(i) == Some(&b'}') {
+        i += 1;
+    } else {
+        loop {
+            let (name, next) = flat_string(line, i)?;
+            i = skip_json_whitespace(b, next);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            i = skip_json_whitespace(b, i + 1);
+            let (member, next) = match *b.get(i)? {
+                b'"' => {
+                    let (s, next) = flat_string(line, i)?;
+                    (Member::Str(Cow::Borrowed(s)), next)
+                }
+                b'0'..=b'9' => {
+                    let (n, next) = flat_integer(b, i)?;
+                    (Member::Other(Value::from(n)), next)
+                }
+                b'n' if b[i..].starts_with(b"null") => (Member::Other(Value::Null), i + 4),
+                b't' if b[i..].starts_with(b"true") => (Member::Other(Value::Bool(true)), i + 4),
+                b'f' if b[i..].starts_with(b"false") => (Member::Other(Value::Bool(false)), i + 5),
+                _ => return None,
+            };
+            // A name is looked for among the earlier ones only when its length was seen before:
+            // most objects' names differ in length, and the look is the costly part.
+            let bit = 1u64 << (name.len() % 64);
+            if lengths & bit != 0 && out.iter().any(|(seen, _)| seen.0 == name) {
+                return None;
+            }
+            lengths |= bit;
+            out.push((Name(Cow::Borrowed(name)), member));
+            i = skip_json_whitespace(b, next);
+            match b.get(i)? {
+                b',' => i = skip_json_whitespace(b, i + 1),
+                b'}' => {
+                    i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (skip_json_whitespace(b, i) == b.len()).then_some(Members(out))
+}
+
+/// Where the flat reader and serde_json read `line` differently: `None` when the flat reader
+/// declines the line or reads the same members, else both readings. For the parser's fuzz target
+/// and tests; ingest never needs it.
+pub fn flat_reader_disagreement(line: &str) -> Option<String> {
+    fn show(m: &Members) -> Vec<(String, Value)> {
+        m.0.iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    Member::Str(s) => Value::String(s.to_string()),
+                    Member::Other(v) => v.clone(),
+                };
+                (k.0.to_string(), v)
+            })
+            .collect()
+    }
+    let flat = show(&flat_members(line)?);
+    match serde_json::from_str::<Members>(line) {
+        Ok(general) if show(&general) == flat => None,
+        Ok(general) => Some(format!("flat reader {flat:?}, serde_json {:?}", show(&general))),
+        Err(e) => Some(format!("flat reader {flat:?}, serde_json refuses it: {e}")),
+    }
+}
+
 /// Decodes one NDJSON line with a record decoder over named cells: duplicate keys are bad JSON.
+/// A flat object is read by [`flat_members`], anything else by serde_json.
 pub(crate) fn from_json_with<T>(
     line: &str,
     decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
 ) -> Result<T, LineError> {
-    let members: Members = serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?;
+    let members = match flat_members(line) {
+        Some(members) => members,
+        None => serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?,
+    };
     decode(&mut members.0.iter().map(|(k, v)| (k.0.as_ref(), v.cell()))).map_err(|(f, r)| (Some(f.to_string()), r))
 }
 
@@ -829,6 +982,111 @@ fn csv_fields(text: String) -> Result<(Vec<String>, String), (String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_stop_finds_what_a_byte_scan_finds() {
+        let alphabet = [b'"', b'\\', 0x00, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xa0, 0xff, b'a', b'z'];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 40) as usize;
+            // Mostly plain letters, so that the stops fall anywhere in the words.
+            let bytes: Vec<u8> = (0..len)
+                .map(|k| {
+                    let r = state.rotate_left(k as u32 * 5);
+                    if r % 9 == 0 {
+                        alphabet[(r >> 8) as usize % alphabet.len()]
+                    } else {
+                        b'm'
+                    }
+                })
+                .collect();
+            for j in 0..=len {
+                let naive = bytes[j..]
+                    .iter()
+                    .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                    .map(|k| j + k);
+                assert_eq!(string_stop(&bytes, j), naive, "{bytes:?} from {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_flat_reader_reads_what_serde_json_reads() {
+        let drill = r#"{"job_id":"job-000002","idem_key":"idem-000002","attempt_no":1,"lane":"free","started_at":"2026-11-16T00:01:05.130696Z","ended_at":"2026-11-16T00:01:06.707005Z","outcome":"retryable","tokens_in":500,"tokens_out":300,"http_status":429,"provider_code":1305,"key_id":"free-key-03","pool_id":"free-pool","model":"free-model"}"#;
+        // (line, whether the flat reader takes it: `false` sends it to serde_json).
+        let cases: &[(&str, bool)] = &[
+            (drill, true),
+            ("{}", true),
+            (" \t{ } \r", true),
+            (r#"{ "a" : 1 , "b":"x", "c":null, "d":true, "e":false, "":"" }"#, true),
+            (r#"{"n":0,"m":18446744073709551615,"u":"ünï☃"}"#, true),
+            (r#"{"n":18446744073709551616}"#, false),
+            (r#"{"n":-1}"#, false),
+            (r#"{"n":-0}"#, false),
+            (r#"{"n":01}"#, false),
+            (r#"{"n":1.5}"#, false),
+            (r#"{"n":1e3}"#, false),
+            (r#"{"s":"a\"b"}"#, false),
+            (r#"{"s\u0041":"x"}"#, false),
+            ("{\"s\":\"tab\there\"}", false),
+            (r#"{"a":[1]}"#, false),
+            (r#"{"a":{"b":1}}"#, false),
+            (r#"{"a":1,"a":2}"#, false),
+            (r#"{"a":1,}"#, false),
+            (r#"{"a":1} x"#, false),
+            (r#"{"a":nul}"#, false),
+            (r#"{"a":nullx}"#, false),
+            (r#"{"a":1"#, false),
+            (r#"{"a" 1}"#, false),
+            (r#"[1]"#, false),
+            ("", false),
+        ];
+        for (line, flat) in cases {
+            assert_eq!(flat_members(line).is_some(), *flat, "{line:?}");
+            assert_eq!(flat_reader_disagreement(line), None, "{line:?}");
+        }
+        // What a flat line decodes to does not depend on the reader.
+        let general: Members = serde_json::from_str(drill).unwrap();
+        let via = |m: &Members| decode_attempt(&mut m.0.iter().map(|(k, v)| (k.0.as_ref(), v.cell())));
+        assert_eq!(via(&flat_members(drill).unwrap()), via(&general));
+        assert_eq!(attempt_from_json(drill).unwrap().provider_code, Some(1305));
+
+        // Mutations of flat lines: one byte deleted, replaced or inserted, 20,000 times.
+        let alphabet = b"{}[]:,\"\\ 0123456789.-+eEntrufals\t\n\x01abc";
+        let seeds = [drill, r#"{"a":1,"b":"x","c":null,"d":true,"e":false}"#];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut flat_taken = 0;
+        for round in 0..20_000 {
+            let mut bytes = seeds[round % seeds.len()].as_bytes().to_vec();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % (bytes.len() + 1);
+                let c = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    1 if at < bytes.len() => bytes[at] = c,
+                    _ => bytes.insert(at, c),
+                }
+            }
+            let Ok(line) = std::str::from_utf8(&bytes) else {
+                continue;
+            };
+            flat_taken += usize::from(flat_members(line).is_some());
+            assert_eq!(flat_reader_disagreement(line), None, "{line:?}");
+        }
+        // The mutations reach both readers.
+        assert!(flat_taken > 1_000 && flat_taken < 19_000, "{flat_taken}");
+    }
 
     #[test]
     fn rows_without_quotes_split_as_the_csv_crate_splits_them() {
