@@ -162,21 +162,21 @@ impl TableProvider for LedgerTable {
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         if let Some(read) = &self.job_read
             && let Some(job_id) = filters.iter().find_map(|f| literal_of(f, "job_id"))
         {
             let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
             let batches = blocking(move || read(&ledger, &job_id)).await?;
-            return self.source(state, batches, projection);
+            return self.source(state, batches, projection, limit);
         }
         if let Some(read) = &self.week_read
             && let Some(week) = filters.iter().find_map(|f| literal_of(f, "iso_week"))
         {
             let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
             let batches = cached(&self.ledger, &self.week_cache, week, move || read(&ledger, &w)).await?;
-            return self.source(state, batches.as_ref().clone(), projection);
+            return self.source(state, batches.as_ref().clone(), projection, limit);
         }
         let read = match &self.read {
             Read::Whole(read) => read,
@@ -186,12 +186,12 @@ impl TableProvider for LedgerTable {
                     .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
                 let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
                 let batches = blocking(move || read(&ledger, &cols)).await?;
-                return self.projected_source(state, batches, &columns);
+                return self.projected_source(state, batches, &columns, limit);
             }
         };
         let (ledger, read) = (self.ledger.clone(), read.clone());
         let batches = cached(&self.ledger, &self.cache, "", move || read(&ledger)).await?;
-        self.source(state, batches.as_ref().clone(), projection)
+        self.source(state, batches.as_ref().clone(), projection, limit)
     }
 }
 
@@ -231,16 +231,17 @@ async fn blocking<T: Send + 'static>(
 
 impl LedgerTable {
     /// `batches` of the projected `columns` (indexes into the schema) as in-memory partitions
-    /// ([`partitions`]); the declared order holds in each for the longest prefix of its columns
-    /// that was read.
+    /// ([`scan_partitions`]); the declared order holds in each for the longest prefix of its
+    /// columns that was read.
     fn projected_source(
         &self,
         state: &dyn Session,
         batches: Vec<RecordBatch>,
         columns: &[usize],
+        limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let schema = Arc::new(self.schema.project(columns)?);
-        let parts = partitions(batches, state.config().target_partitions());
+        let parts = scan_partitions(batches, state, limit);
         let mut source = MemorySourceConfig::try_new(&parts, schema.clone(), None)?;
         let sort: Vec<PhysicalSortExpr> = self
             .order
@@ -253,14 +254,15 @@ impl LedgerTable {
         Ok(DataSourceExec::from_data_source(source))
     }
 
-    /// `batches` (in the table's declared order) as in-memory partitions ([`partitions`]).
+    /// `batches` (in the table's declared order) as in-memory partitions ([`scan_partitions`]).
     fn source(
         &self,
         state: &dyn Session,
         batches: Vec<RecordBatch>,
         projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let parts = partitions(batches, state.config().target_partitions());
+        let parts = scan_partitions(batches, state, limit);
         let mut source = MemorySourceConfig::try_new(&parts, self.schema.clone(), projection.cloned())?;
         let sort: Vec<PhysicalSortExpr> = self
             .order
@@ -272,6 +274,31 @@ impl LedgerTable {
         }
         Ok(DataSourceExec::from_data_source(source))
     }
+}
+
+/// The partitions a scan hands DataFusion: with a `limit` (pushed down only when no filter is,
+/// so `SELECT * FROM job_attempt LIMIT 10`), the first batches that hold that many rows in the
+/// first partition and the others empty, so that the rows are the table's first ones, in its
+/// order, every time (a lone partition would be dealt out again over the target partitions, and
+/// the parts read back in whichever order they finish); else [`partitions`] for the session's
+/// target partitions, which a read without `ORDER BY` may interleave.
+fn scan_partitions(batches: Vec<RecordBatch>, state: &dyn Session, limit: Option<usize>) -> Vec<Vec<RecordBatch>> {
+    let target = state.config().target_partitions();
+    let Some(limit) = limit else {
+        return partitions(batches, target);
+    };
+    let mut rows = 0;
+    let first: Vec<RecordBatch> = batches
+        .into_iter()
+        .take_while(|b| {
+            let more = rows < limit;
+            rows += b.num_rows();
+            more
+        })
+        .collect();
+    let mut parts = vec![first];
+    parts.resize(target.max(1), Vec::new());
+    parts
 }
 
 /// `batches` cut into at most `n` partitions of consecutive batches with about as many rows

@@ -489,3 +489,28 @@ async fn a_read_in_the_tables_order_merges_its_partitions_instead_of_sorting() {
         assert!(got.windows(2).all(|w| key(&w[0]) < key(&w[1])), "{sql}: in key order");
     }
 }
+
+/// A `LIMIT` without `ORDER BY` or `WHERE` gives the table's first rows in its order, every time
+/// (the scan hands over the first batches as one partition), instead of whichever partition
+/// DataFusion read first: what someone typing `SELECT * FROM job_attempt LIMIT 10` expects.
+#[tokio::test]
+async fn a_limit_without_order_by_gives_the_tables_first_rows_in_order() {
+    let (_d, ledger) = common::ledger_from_drill(48_000, Policy::NoPin, 9);
+    let session = Session::new(ledger).await.unwrap();
+    for (table, key) in [("job_attempt", "job_id, attempt_no"), ("job_rollup", "job_id")] {
+        let total = rows(&session, &format!("SELECT COUNT(*) FROM {table}")).await[0][0]
+            .parse::<usize>()
+            .unwrap();
+        // 66,000 rows span two batches of job_attempt (65,536 rows each).
+        for n in [5, 66_000] {
+            let got = rows(&session, &format!("SELECT {key} FROM {table} LIMIT {n}")).await;
+            let sorted = rows(&session, &format!("SELECT {key} FROM {table} ORDER BY {key} LIMIT {n}")).await;
+            let plan = format!(
+                "{:?}",
+                rows(&session, &format!("EXPLAIN SELECT {key} FROM {table} LIMIT {n}")).await
+            );
+            assert_eq!(got.len(), n.min(total), "{table} LIMIT {n}");
+            assert!(got == sorted, "{table} LIMIT {n}: {plan}");
+        }
+    }
+}
