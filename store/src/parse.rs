@@ -996,7 +996,7 @@ mod tests {
             let bytes: Vec<u8> = (0..len)
                 .map(|k| {
                     let r = state.rotate_left(k as u32 * 5);
-                    if r % 9 == 0 {
+                    if r.is_multiple_of(9) {
                         alphabet[(r >> 8) as usize % alphabet.len()]
                     } else {
                         b'm'
