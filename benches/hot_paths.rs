@@ -153,6 +153,7 @@ fn main() {
         policy: Policy::NoPin,
         seed: 1,
         job_prefix: String::new(),
+        ids: laneledger_store::drill::DrillIds::Sequential,
     };
     let attempts = drill::synthetic(&cfg, jobs, start, 28.0);
     let lines: Vec<String> = attempts

@@ -117,6 +117,15 @@ pub enum PolicyArg {
     Nopin,
 }
 
+/// How the drill spells job numbers in its ids.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IdsArg {
+    /// Zero-padded, in arrival order (`job-000042`).
+    Sequential,
+    /// 16 hex digits, in no order (`job-e220a8397b1dcdaf`).
+    Random,
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -243,6 +252,11 @@ pub enum Command {
         /// Prefix of job_id, idem_key and artifact_id.
         #[arg(long, default_value = "")]
         job_prefix: String,
+        /// How job numbers are spelled in job_id, idem_key and artifact_id: `sequential`
+        /// (`job-000042`, in arrival order) or `random` (`job-` and 16 hex digits, in no order,
+        /// like the UUIDs most routers write).
+        #[arg(long, value_enum, default_value = "sequential")]
+        ids: IdsArg,
         /// Write here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,

@@ -39,6 +39,7 @@ pub fn ledger_from_drill(jobs: usize, policy: Policy, seed: u64) -> (tempfile::T
         policy,
         seed,
         job_prefix: "g-".into(),
+        ids: laneledger_store::drill::DrillIds::Sequential,
     };
     let attempts = drill::synthetic(&cfg, jobs, start, 14.0);
     for chunk in attempts.chunks(DEFAULT_BATCH) {

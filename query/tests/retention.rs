@@ -69,6 +69,7 @@ fn attempts() -> Vec<Attempt> {
         policy: Policy::NoPin,
         seed: 11,
         job_prefix: "d-".into(),
+        ids: laneledger_store::drill::DrillIds::Sequential,
     };
     let mut all = drill::synthetic(&cfg, 240, start(), 60.0);
     let c = cutoff();

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
+use laneledger_store::drill::{self, DrillConfig, DrillIds, Policy, SplitMix64};
 
-use crate::cli::PolicyArg;
+use crate::cli::{IdsArg, PolicyArg};
 
 pub struct Args {
     pub jobs: Option<usize>,
@@ -17,6 +17,7 @@ pub struct Args {
     pub days: f64,
     pub trace: Option<PathBuf>,
     pub job_prefix: String,
+    pub ids: IdsArg,
     pub out: Option<PathBuf>,
 }
 
@@ -50,6 +51,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         seed: a.seed,
         job_prefix: a.job_prefix,
+        ids: match a.ids {
+            IdsArg::Sequential => DrillIds::Sequential,
+            IdsArg::Random => DrillIds::Random,
+        },
     };
     let attempts = drill::run(&cfg, &jobs, &mut rng);
     let out: Box<dyn Write> = match &a.out {

@@ -70,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             days,
             trace,
             job_prefix,
+            ids,
             out,
         } => drill::run(drill::Args {
             jobs,
@@ -79,6 +80,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             days,
             trace,
             job_prefix,
+            ids,
             out,
         }),
         Command::Export {

@@ -49,6 +49,26 @@ pub struct DrillJob {
     pub paid_tokens: (u64, u64),
 }
 
+/// How the drill spells a job's number in its job_id, idem_key and artifact_id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DrillIds {
+    /// Zero-padded in job order (`job-000042`): ids that sort in arrival order.
+    #[default]
+    Sequential,
+    /// 16 hex digits that look random (`job-9e3779b97f4a7c15`), like the UUIDs most routers
+    /// write: ids in no order. Job `i` gets [`random_id`]`(i)`, so the ids are distinct.
+    Random,
+}
+
+/// The 16 hex digits a [`DrillIds::Random`] drill gives job number `i`: SplitMix64's output
+/// function of `i`, a bijection of u64, so distinct jobs get distinct ids.
+pub fn random_id(i: u64) -> String {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    format!("{:016x}", z ^ (z >> 31))
+}
+
 /// A drill's settings.
 #[derive(Debug, Clone)]
 pub struct DrillConfig {
@@ -58,6 +78,8 @@ pub struct DrillConfig {
     pub seed: u64,
     /// Prefix of every job_id, idem_key and artifact_id, so drills can share a ledger.
     pub job_prefix: String,
+    /// How job numbers are spelled in the ids.
+    pub ids: DrillIds,
 }
 
 /// SplitMix64: a small, fixed, well-known generator (Steele, Lea, Flood 2014).
@@ -167,8 +189,12 @@ pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<At
     let mut free_key = 0usize;
     let mut paid_key = 0usize;
     for (i, job) in jobs.iter().enumerate() {
-        let job_id = format!("{}job-{i:0width$}", cfg.job_prefix);
-        let idem_key = format!("{}idem-{i:0width$}", cfg.job_prefix);
+        let number = match cfg.ids {
+            DrillIds::Sequential => format!("{i:0width$}"),
+            DrillIds::Random => random_id(i as u64),
+        };
+        let job_id = format!("{}job-{number}", cfg.job_prefix);
+        let idem_key = format!("{}idem-{number}", cfg.job_prefix);
         let mut t = job.start;
         let mut free_attempts = 0u32;
         let mut pinned = false;
@@ -223,9 +249,9 @@ pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<At
                 (_, _) => (job.free_tokens.0, 0),
             };
             let artifact_id = match (outcome, cfg.policy) {
-                (Outcome::Ok | Outcome::Ambiguous, Policy::Pin) => Some(format!("{}art-{i:0width$}", cfg.job_prefix)),
+                (Outcome::Ok | Outcome::Ambiguous, Policy::Pin) => Some(format!("{}art-{number}", cfg.job_prefix)),
                 (Outcome::Ok | Outcome::Ambiguous, Policy::NoPin) => {
-                    Some(format!("{}art-{i:0width$}-{attempt_no}", cfg.job_prefix))
+                    Some(format!("{}art-{number}-{attempt_no}", cfg.job_prefix))
                 }
                 _ => None,
             };
@@ -279,10 +305,53 @@ mod tests {
                 policy,
                 seed,
                 job_prefix: String::new(),
+                ids: DrillIds::Sequential,
             },
             &jobs,
             &mut rng,
         )
+    }
+
+    /// A random-id drill is the sequential drill with each job's number spelled as its
+    /// [`random_id`]: same jobs, attempts, times and tokens; distinct ids in no order.
+    #[test]
+    fn random_ids_rename_the_jobs_and_nothing_else() {
+        let mut rng = SplitMix64::new(3);
+        let jobs = synthetic_jobs(2000, 0, 5.0, &mut rng);
+        let cfg = |ids| DrillConfig {
+            policy: Policy::NoPin,
+            seed: 3,
+            job_prefix: "p-".into(),
+            ids,
+        };
+        let sequential = run(&cfg(DrillIds::Sequential), &jobs, &mut rng.clone());
+        let random = run(&cfg(DrillIds::Random), &jobs, &mut rng.clone());
+        assert_eq!(sequential.len(), random.len());
+        assert_eq!(random_id(0), "e220a8397b1dcdaf");
+        assert_eq!(random[0].job_id, "p-job-e220a8397b1dcdaf");
+        assert_eq!(random[0].idem_key, "p-idem-e220a8397b1dcdaf");
+        for (s, r) in sequential.iter().zip(&random) {
+            let i: u64 = s.job_id.trim_start_matches("p-job-").parse().unwrap();
+            let id = random_id(i);
+            assert_eq!(r.job_id, format!("p-job-{id}"));
+            assert_eq!(r.idem_key, format!("p-idem-{id}"));
+            assert_eq!(
+                r.artifact_id,
+                s.artifact_id.as_ref().map(|a| a.replacen(&format!("{i:06}"), &id, 1))
+            );
+            let mut renamed = r.clone();
+            renamed.job_id = s.job_id.clone();
+            renamed.idem_key = s.idem_key.clone();
+            renamed.artifact_id = s.artifact_id.clone();
+            assert_eq!(&renamed, s);
+        }
+        let mut ids: Vec<&str> = random.iter().map(|a| a.job_id.as_str()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 2000, "one id a job, each job's attempts together");
+        assert!(ids.windows(2).any(|w| w[0] > w[1]), "random ids are in no order");
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 2000, "distinct jobs get distinct ids");
     }
 
     #[test]

@@ -26,6 +26,7 @@ fn build(path: &Path) -> Ledger {
         policy: Policy::NoPin,
         seed: 7,
         job_prefix: "t-".into(),
+        ids: laneledger_store::drill::DrillIds::Sequential,
     };
     let attempts = drill::synthetic(&cfg, 120, start, 60.0);
     let mut text = String::new();
