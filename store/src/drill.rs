@@ -50,23 +50,19 @@ pub struct DrillJob {
 }
 
 /// How the drill spells a job's number in its job_id, idem_key and artifact_id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrillIds {
     /// Zero-padded in job order (`job-000042`): ids that sort in arrival order.
-    #[default]
     Sequential,
-    /// 16 hex digits that look random (`job-9e3779b97f4a7c15`), like the UUIDs most routers
+    /// 16 hex digits that look random (`job-e220a8397b1dcdaf` for job 0), like the UUIDs most routers
     /// write: ids in no order. Job `i` gets [`random_id`]`(i)`, so the ids are distinct.
     Random,
 }
 
-/// The 16 hex digits a [`DrillIds::Random`] drill gives job number `i`: SplitMix64's output
-/// function of `i`, a bijection of u64, so distinct jobs get distinct ids.
+/// The 16 hex digits a [`DrillIds::Random`] drill gives job number `i`: the first output of
+/// [`SplitMix64`] seeded with `i`, a bijection of u64, so distinct jobs get distinct ids.
 pub fn random_id(i: u64) -> String {
-    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    format!("{:016x}", z ^ (z >> 31))
+    format!("{:016x}", SplitMix64::new(i).next_u64())
 }
 
 /// A drill's settings.
