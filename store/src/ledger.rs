@@ -17,13 +17,14 @@ use serde::de::DeserializeOwned;
 
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::error::{Error, Result};
+use crate::idem_index::IdemIndex;
 use crate::record::{
     Attempt, AttemptRecord, AttemptRecordRef, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt,
     StoredAttemptRef,
 };
 use crate::tables::{
-    ATTEMPT, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT,
-    FORMAT_VERSION, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT, FORMAT_VERSION,
+    IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
 use crate::write_rules::{Merge, merge, without_own_ingested_at};
@@ -309,8 +310,8 @@ impl Ledger {
     ///
     /// An older file is migrated in the same transaction: a format-version-1 file (before the
     /// hash chain) has its records chained in table order ([`crate::chain`]); a version-2 file has
-    /// its chain stored again in blocks and its idem_key index as a plain table (entry bytes and
-    /// hashes unchanged); either becomes version 3.
+    /// its chain stored again in blocks (entry bytes and hashes unchanged); the idem_key index of
+    /// a version 2 or 3 file becomes one sorted run ([`crate::idem_index`]); each becomes version 4.
     ///
     /// A file that exists but cannot be written is opened read-only: every read works and every
     /// write answers [`Error::ReadOnly`].
@@ -349,7 +350,8 @@ impl Ledger {
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value());
             txn.open_table(ATTEMPT)?;
-            txn.open_table(ATTEMPT_IDEM)?;
+            txn.open_table(IDEM_RUN)?;
+            txn.open_table(IDEM_RUN_DIR)?;
             txn.open_table(ATTEMPT_CONFLICT)?;
             txn.open_table(INGEST_REJECT)?;
             txn.open_table(COUNTER)?;
@@ -373,7 +375,10 @@ impl Ledger {
                         let chained = crate::chain::migrate_v1(&txn)?;
                         txn.open_table(COUNTER)?.insert(CHAIN_ENTRIES, chained)?;
                     }
-                    crate::chain::migrate_v2(&txn)?;
+                    if v < 3 {
+                        crate::chain::migrate_v2(&txn)?;
+                    }
+                    crate::idem_index::migrate_v3(&txn)?;
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
                 }
@@ -491,7 +496,8 @@ impl Ledger {
         let mut results = Vec::with_capacity(batch.len());
         {
             let mut attempts = txn.open_table(ATTEMPT)?;
-            let mut by_idem = txn.open_table(ATTEMPT_IDEM)?;
+            // The idem_key index entries of the attempts this batch inserts, stored as one run.
+            let mut new_keys: Vec<(&str, &str, u32)> = Vec::new();
             let mut conflicts = txn.open_table(ATTEMPT_CONFLICT)?;
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
@@ -558,7 +564,7 @@ impl Ledger {
                                     attempts.insert(key, value.as_slice())?;
                                 }
                                 let a = attempt;
-                                by_idem.insert((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no), ())?;
+                                new_keys.push((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no));
                                 let key = RecordKey::Attempt {
                                     job_id: a.job_id.clone(),
                                     attempt_no: a.attempt_no,
@@ -610,6 +616,7 @@ impl Ledger {
                 results.push(result);
             }
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
+            IdemIndex::open(&txn)?.append(&mut new_keys)?;
             counter.insert(NEXT_SEQ, next_seq)?;
             counter.insert(NEXT_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;
@@ -740,23 +747,30 @@ impl Ledger {
         Ok(out)
     }
 
-    /// Every attempt that carries `idem_key`, in (job_id, attempt_no) order: an index read.
+    /// Every attempt that carries `idem_key`, in (job_id, attempt_no) order: an index read (the
+    /// runs of [`crate::idem_index`]), then one key read per attempt.
+    ///
+    /// Errors: [`Error::Corrupt`] for an index block or row that does not decode; storage errors.
     pub fn attempts_by_idem_key(&self, idem_key: &str) -> Result<Vec<StoredAttempt>> {
         let txn = self.db.begin_read()?;
-        let idx = txn.open_table(ATTEMPT_IDEM)?;
+        let keys = crate::idem_index::lookup(&txn.open_table(IDEM_RUN)?, &txn.open_table(IDEM_RUN_DIR)?, idem_key)?;
         let t = txn.open_table(ATTEMPT)?;
-        let mut out = Vec::new();
-        for id in idx.range((idem_key, "", 0u32)..)? {
-            let (id, _) = id?;
-            let (key, job, no) = id.value();
-            if key != idem_key {
-                break;
-            }
-            if let Some(v) = t.get((job, no))? {
+        let mut out = Vec::with_capacity(keys.len());
+        for (job, no) in keys {
+            if let Some(v) = t.get((job.as_str(), no))? {
                 out.push(decode_attempt(v.value())?);
             }
         }
         Ok(out)
+    }
+
+    /// Every entry of the idem_key index, (idem_key, job_id, attempt_no), in that order: one per
+    /// attempt row. For checks and tests; it reads the whole index.
+    ///
+    /// Errors: as [`Ledger::attempts_by_idem_key`].
+    pub fn idem_index_entries(&self) -> Result<Vec<crate::idem_index::IdemEntry>> {
+        let txn = self.db.begin_read()?;
+        crate::idem_index::entries(&txn.open_table(IDEM_RUN)?, &txn.open_table(IDEM_RUN_DIR)?)
     }
 
     /// Every conflict kept, in arrival order.

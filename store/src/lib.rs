@@ -23,6 +23,7 @@ pub mod decision;
 pub mod decision_ledger;
 pub mod drill;
 pub mod error;
+pub mod idem_index;
 pub mod ingest;
 pub mod ledger;
 pub mod parse;

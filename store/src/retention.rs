@@ -29,9 +29,10 @@ use sha2::{Digest, Sha256};
 use crate::LaneConfig;
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, CheckpointRecord, EntryKind, Hash, RecordKey, to_hex};
 use crate::error::{Error, Result};
+use crate::idem_index::IdemIndex;
 use crate::ledger::{Ledger, decode, decode_attempt, encode};
 use crate::record::StoredAttempt;
-use crate::tables::{ATTEMPT, ATTEMPT_IDEM, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
+use crate::tables::{ATTEMPT, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
 
 /// Microseconds in a day.
 pub const DAY_MICROS: i64 = 86_400_000_000;
@@ -342,17 +343,21 @@ impl Ledger {
             if fresh.is_empty() {
                 return Ok(None);
             }
-            let mut by_idem = txn.open_table(ATTEMPT_IDEM)?;
             let mut gone: HashSet<RecordKey> = HashSet::with_capacity(fresh.attempts.len());
             for s in &fresh.attempts {
                 let a = &s.attempt;
                 attempts.remove((a.job_id.as_str(), a.attempt_no))?;
-                by_idem.remove((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no))?;
                 gone.insert(RecordKey::Attempt {
                     job_id: a.job_id.clone(),
                     attempt_no: a.attempt_no,
                 });
             }
+            let rows: HashSet<(&str, u32)> = fresh
+                .attempts
+                .iter()
+                .map(|s| (s.attempt.job_id.as_str(), s.attempt.attempt_no))
+                .collect();
+            IdemIndex::open(&txn)?.remove(|job_id, attempt_no| rows.contains(&(job_id, attempt_no)))?;
             let mut counter = txn.open_table(COUNTER)?;
             let counted = counter.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
             let mut chain = ChainWriter::open(&txn, counted)?;

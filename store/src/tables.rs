@@ -11,20 +11,29 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// Version 3 stores the chain's entries in blocks ([`CHAIN_BLOCK`], one B-tree insert per write
 /// transaction instead of one per record) and the idem_key index as a plain table
 /// ([`ATTEMPT_IDEM`]); a version 2 file is migrated when it is opened, entry bytes and hashes
-/// unchanged (so a tip hash kept before still matches).
-pub const FORMAT_VERSION: u64 = 3;
+/// unchanged (so a tip hash kept before still matches). Version 4 keeps the idem_key index in
+/// sorted runs ([`IDEM_RUN`], [`IDEM_RUN_DIR`], see [`crate::idem_index`]) instead of a B-tree
+/// with one insert per attempt; a version 3 file's index becomes one run when it is opened.
+pub const FORMAT_VERSION: u64 = 4;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Attempts keyed by (job_id, attempt_no): the ledger's order, and the index for one job's attempts.
 pub const ATTEMPT: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt");
-/// The idem_key index: one key (idem_key, job_id, attempt_no) per attempt, no value; the attempts
-/// carrying one idem_key are a range of it. Format version 3.
+/// The idem_key index of format version 3: one key (idem_key, job_id, attempt_no) per attempt, no
+/// value; read only to migrate it into [`IDEM_RUN`], then deleted.
 pub const ATTEMPT_IDEM: TableDefinition<(&str, &str, u32), ()> = TableDefinition::new("attempt_idem");
 /// The idem_key index of format version 2 (idem_key → (job_id, attempt_no)); read only to migrate
 /// it into [`ATTEMPT_IDEM`], then deleted.
 pub const ATTEMPT_BY_IDEM_KEY: MultimapTableDefinition<&str, (&str, u32)> =
     MultimapTableDefinition::new("attempt_by_idem_key");
+/// The idem_key index's runs (format version 4, see [`crate::idem_index`]), keyed by (run number,
+/// block number from 0): each block holds entries (idem_key, job_id, attempt_no) in key order,
+/// every field prefix-compressed against the entry before it in the block.
+pub const IDEM_RUN: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("idem_run");
+/// One header per idem_key index run, keyed by run number (a newer run has a higher number): a
+/// postcard [`crate::idem_index::RunHeaderRecord`], its entry count and each block's first idem_key.
+pub const IDEM_RUN_DIR: TableDefinition<u64, &[u8]> = TableDefinition::new("idem_run_dir");
 /// Conflicting records, in arrival order (key: arrival number from 1).
 pub const ATTEMPT_CONFLICT: TableDefinition<u64, &[u8]> = TableDefinition::new("attempt_conflict");
 /// Rejected lines, in arrival order (key: arrival number from 1).

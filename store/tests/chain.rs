@@ -13,7 +13,7 @@ use laneledger_store::tables::{
     DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 const START: &str = "2026-09-01T00:00:00Z";
 
@@ -418,10 +418,30 @@ fn format_version(ledger: &Ledger) -> u64 {
         .value()
 }
 
-/// Rewrites a format-version-3 ledger as version 2 wrote it: one chain row per entry, the
+/// Rewrites a ledger of the current format as version 3 wrote it: the idem_key index as one
+/// B-tree key per attempt instead of sorted runs.
+fn downgrade_to_v3(ledger: &Ledger) {
+    use laneledger_store::tables::{IDEM_RUN, IDEM_RUN_DIR, META};
+    let entries = ledger.idem_index_entries().unwrap();
+    let txn = ledger.database().begin_write().unwrap();
+    {
+        let mut idem = txn.open_table(ATTEMPT_IDEM).unwrap();
+        for (idem_key, job_id, attempt_no) in &entries {
+            idem.insert((idem_key.as_str(), job_id.as_str(), *attempt_no), ())
+                .unwrap();
+        }
+    }
+    txn.delete_table(IDEM_RUN).unwrap();
+    txn.delete_table(IDEM_RUN_DIR).unwrap();
+    txn.open_table(META).unwrap().insert("format_version", 3).unwrap();
+    txn.commit().unwrap();
+}
+
+/// Rewrites a ledger of the current format as version 2 wrote it: one chain row per entry, the
 /// idem_key index as a multimap.
 fn downgrade_to_v2(ledger: &Ledger) {
     use laneledger_store::tables::META;
+    downgrade_to_v3(ledger);
     let txn = ledger.database().begin_write().unwrap();
     {
         let blocks = txn.open_table(CHAIN_BLOCK).unwrap();
@@ -444,6 +464,25 @@ fn downgrade_to_v2(ledger: &Ledger) {
     txn.delete_table(ATTEMPT_IDEM).unwrap();
     txn.open_table(META).unwrap().insert("format_version", 2).unwrap();
     txn.commit().unwrap();
+}
+
+/// The idem_key index entries the attempt rows call for: (idem_key, job_id, attempt_no) of each
+/// row, in order.
+fn index_of_rows(ledger: &Ledger) -> Vec<(String, String, u32)> {
+    let txn = ledger.database().begin_read().unwrap();
+    let t = txn.open_table(ATTEMPT).unwrap();
+    let mut keys: Vec<(String, String, u32)> = t
+        .iter()
+        .unwrap()
+        .map(|r| {
+            let a = laneledger_store::ledger::decode_attempt(r.unwrap().1.value())
+                .unwrap()
+                .attempt;
+            (a.idem_key, a.job_id, a.attempt_no)
+        })
+        .collect();
+    keys.sort();
+    keys
 }
 
 /// Every idem_key the attempts carry, once each, in order.
@@ -476,6 +515,8 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
         sweep(&l);
         let report = l.verify().unwrap();
         assert!(report.is_clean() && report.checkpoints > 0, "{report:?}");
+        // The sweep removed the swept rows' index entries and no other.
+        assert_eq!(l.idem_index_entries().unwrap(), index_of_rows(&l));
         let by_idem: Vec<_> = idem_keys(&l)
             .iter()
             .map(|k| (k.clone(), l.attempts_by_idem_key(k).unwrap()))
@@ -528,6 +569,54 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
         .collect();
     assert_eq!(again, by_idem);
     assert!(l.attempts_by_idem_key("no such key").unwrap().is_empty());
+    assert_eq!(l.idem_index_entries().unwrap(), index_of_rows(&l));
+}
+
+#[test]
+fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
+    use laneledger_store::tables::{FORMAT_VERSION, IDEM_RUN_DIR};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.redb");
+    let (report, by_idem, entries) = {
+        let l = build(&path);
+        sweep(&l);
+        let by_idem: Vec<_> = idem_keys(&l)
+            .iter()
+            .map(|k| (k.clone(), l.attempts_by_idem_key(k).unwrap()))
+            .collect();
+        (l.verify().unwrap(), by_idem, l.idem_index_entries().unwrap())
+    };
+    assert!(
+        by_idem.iter().any(|(_, a)| a.len() > 1),
+        "some idem keys carry several attempts"
+    );
+    downgrade_to_v3(&Ledger::open(&path).unwrap());
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (3, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.migrated_from(), Some(3));
+    assert_eq!(format_version(&l), FORMAT_VERSION);
+    let txn = l.database().begin_read().unwrap();
+    let tables: Vec<String> = txn
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_string())
+        .collect();
+    assert!(!tables.contains(&"attempt_idem".to_string()), "{tables:?}");
+    assert_eq!(txn.open_table(IDEM_RUN_DIR).unwrap().len().unwrap(), 1, "one run");
+    drop(txn);
+    assert_eq!(l.idem_index_entries().unwrap(), entries);
+    let again: Vec<_> = by_idem
+        .iter()
+        .map(|(k, _)| (k.clone(), l.attempts_by_idem_key(k).unwrap()))
+        .collect();
+    assert_eq!(again, by_idem);
+    let after = l.verify().unwrap();
+    assert_eq!((after.tip, after.first_bad), (report.tip, None));
 }
 
 #[test]

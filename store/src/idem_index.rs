@@ -1,0 +1,609 @@
+//! The idem_key index in sorted runs (format version 4): every attempt's (idem_key, job_id,
+//! attempt_no), so that the attempts carrying one idempotency key are found without a scan
+//! ([`crate::Ledger::attempts_by_idem_key`]).
+//!
+//! Format version 3 kept this index as a redb B-tree with one insert per attempt, about a quarter
+//! of ingest's time; with random ids each of those inserts dirtied its own 4 KiB page at every
+//! commit. Here a write transaction stores the keys of the attempts it inserted as one *run*:
+//! sorted, prefix-compressed, cut into blocks of about [`BLOCK_BYTES`] ([`IDEM_RUN`], keyed by
+//! (run, block)), with a header that holds each block's first idem_key ([`IDEM_RUN_DIR`]). Runs
+//! are merged by size tier: whenever the four newest runs are of one tier (tier = ⌊log₄ entries⌋),
+//! or the fourth newest is of a lower tier than the newest, they become one run. A ledger of
+//! `n` attempts then holds at most about 3·log₄ n runs, and an entry is rewritten about once per
+//! tier it climbs (five times from a 10,000-attempt commit to a 10 M-attempt ledger). A lookup
+//! reads every run's header and the blocks whose fences may hold the key.
+//!
+//! Keys compare as bytes, in the order of the tuple (idem_key, job_id, attempt_no), the order the
+//! version 3 B-tree had. An entry is in the index exactly while its attempt row is in `attempt`:
+//! it is written in the transaction that inserts the row and removed in the retention sweep's
+//! transaction that removes it.
+
+use redb::{ReadableTable, Table};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ledger::{decode, encode};
+use crate::tables::{ATTEMPT_IDEM, IDEM_RUN, IDEM_RUN_DIR};
+
+/// A block is closed once it holds this many bytes (64 KiB, about 4,000 entries of the drill).
+pub const BLOCK_BYTES: usize = 64 * 1024;
+
+/// How many runs of one tier are merged into one (and the base of the tier's logarithm).
+const FAN_IN: usize = 4;
+
+/// A run's header: how many entries it holds and each block's first idem_key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunHeader {
+    /// The run's entries, in all its blocks.
+    pub entries: u64,
+    /// Block `i`'s first idem_key, for `i` from 0: the fences a lookup searches.
+    pub fences: Vec<String>,
+}
+
+/// The on-disk header, versioned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum RunHeaderRecord {
+    /// Format version 4 (the first with runs).
+    V1(RunHeader),
+}
+
+/// An index entry: (idem_key, job_id, attempt_no).
+pub type IdemEntry = (String, String, u32);
+
+/// A run's tier: ⌊log₄ entries⌋ (0 for an empty run).
+fn tier(entries: u64) -> u32 {
+    if entries == 0 { 0 } else { entries.ilog2() / 2 }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a LEB128 varint at `*at`. Errors: the text of a cut or overlong varint.
+fn get_varint(bytes: &[u8], at: &mut usize) -> std::result::Result<u64, String> {
+    let (mut v, mut shift) = (0u64, 0u32);
+    loop {
+        let Some(&b) = bytes.get(*at) else {
+            return Err(format!("a varint is cut at byte {at}"));
+        };
+        *at += 1;
+        if shift > 63 {
+            return Err(format!("a varint runs over 64 bits at byte {at}"));
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+}
+
+/// Length of the common prefix of `a` and `b`.
+fn shared(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Reads one prefix-compressed field into `prev` (which holds the previous entry's field).
+fn get_field(bytes: &[u8], at: &mut usize, prev: &mut Vec<u8>) -> std::result::Result<(), String> {
+    let keep = get_varint(bytes, at)? as usize;
+    let len = get_varint(bytes, at)? as usize;
+    if keep > prev.len() {
+        return Err(format!("an entry shares {keep} bytes with a field of {}", prev.len()));
+    }
+    let Some(suffix) = bytes.get(*at..*at + len) else {
+        return Err(format!("a field runs {len} bytes past the block's end"));
+    };
+    prev.truncate(keep);
+    prev.extend_from_slice(suffix);
+    *at += len;
+    Ok(())
+}
+
+/// The entries of one run, decoded into one buffer: `bytes` holds each entry's idem_key then its
+/// job_id; `rows` gives (start in `bytes`, idem_key length, job_id length, attempt_no).
+#[derive(Default)]
+struct Decoded {
+    bytes: Vec<u8>,
+    rows: Vec<(usize, u16, u16, u32)>,
+}
+
+impl Decoded {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Entry `i` as (idem_key, job_id, attempt_no) bytes.
+    fn get(&self, i: usize) -> (&[u8], &[u8], u32) {
+        let (start, k, j, no) = self.rows[i];
+        let (k, j) = (usize::from(k), usize::from(j));
+        (&self.bytes[start..start + k], &self.bytes[start + k..start + k + j], no)
+    }
+
+    /// Appends the entries of one stored block; with `key`, only those whose idem_key equals it.
+    fn add_block(&mut self, block: &[u8], key: Option<&[u8]>) -> std::result::Result<(), String> {
+        let (mut at, mut idem, mut job) = (0usize, Vec::new(), Vec::new());
+        while at < block.len() {
+            get_field(block, &mut at, &mut idem)?;
+            get_field(block, &mut at, &mut job)?;
+            let no = u32::try_from(get_varint(block, &mut at)?).map_err(|_| "an attempt_no over 32 bits")?;
+            if key.is_some_and(|k| k != idem.as_slice()) {
+                continue;
+            }
+            let (Ok(k), Ok(j)) = (u16::try_from(idem.len()), u16::try_from(job.len())) else {
+                return Err("a key over 65,535 bytes".into());
+            };
+            self.rows.push((self.bytes.len(), k, j, no));
+            self.bytes.extend_from_slice(&idem);
+            self.bytes.extend_from_slice(&job);
+        }
+        Ok(())
+    }
+}
+
+/// One block being encoded. Each field is stored as the length it shares with the same field of
+/// the entry before it in the block, the length of the rest, and the rest; attempt_no as a varint.
+/// A block's first entry shares nothing, so each block decodes on its own.
+#[derive(Default)]
+struct BlockEncoder {
+    bytes: Vec<u8>,
+    prev_idem: Vec<u8>,
+    prev_job: Vec<u8>,
+}
+
+impl BlockEncoder {
+    fn push(&mut self, idem: &[u8], job: &[u8], no: u32) {
+        for (field, prev) in [(idem, &mut self.prev_idem), (job, &mut self.prev_job)] {
+            let keep = shared(prev, field);
+            put_varint(&mut self.bytes, keep as u64);
+            put_varint(&mut self.bytes, (field.len() - keep) as u64);
+            self.bytes.extend_from_slice(&field[keep..]);
+            prev.truncate(keep);
+            prev.extend_from_slice(&field[keep..]);
+        }
+        put_varint(&mut self.bytes, u64::from(no));
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.prev_idem.clear();
+        self.prev_job.clear();
+    }
+}
+
+/// Writes one run's blocks in key order, then its header.
+struct RunWriter {
+    run: u64,
+    block: BlockEncoder,
+    block_no: u32,
+    fences: Vec<String>,
+    entries: u64,
+}
+
+impl RunWriter {
+    fn new(run: u64) -> Self {
+        RunWriter {
+            run,
+            block: BlockEncoder::default(),
+            block_no: 0,
+            fences: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Appends one entry; entries must come in key order ([`BlockEncoder`] gives the encoding).
+    fn push(&mut self, blocks: &mut Table<(u64, u32), &[u8]>, idem: &[u8], job: &[u8], no: u32) -> Result<()> {
+        if self.block.bytes.len() >= BLOCK_BYTES {
+            self.flush(blocks)?;
+        }
+        if self.block.bytes.is_empty() {
+            self.fences.push(String::from_utf8_lossy(idem).into_owned());
+        }
+        self.block.push(idem, job, no);
+        self.entries += 1;
+        Ok(())
+    }
+
+    fn flush(&mut self, blocks: &mut Table<(u64, u32), &[u8]>) -> Result<()> {
+        if !self.block.bytes.is_empty() {
+            blocks.insert((self.run, self.block_no), self.block.bytes.as_slice())?;
+            self.block.clear();
+            self.block_no += 1;
+        }
+        Ok(())
+    }
+
+    /// Stores the last block and the header (nothing for a run without entries); returns the
+    /// entry count.
+    fn finish(mut self, blocks: &mut Table<(u64, u32), &[u8]>, dir: &mut Table<u64, &[u8]>) -> Result<u64> {
+        self.flush(blocks)?;
+        if self.entries > 0 {
+            let header = RunHeaderRecord::V1(RunHeader {
+                entries: self.entries,
+                fences: self.fences,
+            });
+            dir.insert(self.run, encode(&header).as_slice())?;
+        }
+        Ok(self.entries)
+    }
+}
+
+/// A run read one block at a time, for a merge.
+struct Cursor {
+    run: u64,
+    next_block: u32,
+    block: Decoded,
+    at: usize,
+}
+
+impl Cursor {
+    /// Opens run `run` at its first entry.
+    fn open(blocks: &Table<(u64, u32), &[u8]>, run: u64) -> Result<Self> {
+        let mut c = Cursor {
+            run,
+            next_block: 0,
+            block: Decoded::default(),
+            at: 0,
+        };
+        c.load(blocks)?;
+        Ok(c)
+    }
+
+    /// The entry the cursor is at, or `None` past the run's end.
+    fn head(&self) -> Option<(&[u8], &[u8], u32)> {
+        (self.at < self.block.len()).then(|| self.block.get(self.at))
+    }
+
+    fn advance(&mut self, blocks: &Table<(u64, u32), &[u8]>) -> Result<()> {
+        self.at += 1;
+        if self.at >= self.block.len() {
+            self.load(blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Loads the next block that holds an entry (none left: the cursor is at the end).
+    fn load(&mut self, blocks: &Table<(u64, u32), &[u8]>) -> Result<()> {
+        self.block.bytes.clear();
+        self.block.rows.clear();
+        self.at = 0;
+        while self.block.len() == 0 {
+            let Some(v) = blocks.get((self.run, self.next_block))? else {
+                return Ok(());
+            };
+            let n = self.next_block;
+            self.block
+                .add_block(v.value(), None)
+                .map_err(|reason| corrupt(self.run, n, reason))?;
+            self.next_block += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The index's tables open in one write transaction.
+pub(crate) struct IdemIndex<'txn> {
+    blocks: Table<'txn, (u64, u32), &'static [u8]>,
+    dir: Table<'txn, u64, &'static [u8]>,
+}
+
+fn header(run: u64, bytes: &[u8]) -> Result<RunHeader> {
+    match decode::<RunHeaderRecord>("idem_run_dir", run, bytes)? {
+        RunHeaderRecord::V1(h) => Ok(h),
+    }
+}
+
+fn corrupt(run: u64, block: u32, reason: String) -> Error {
+    Error::Corrupt {
+        table: "idem_run",
+        key: format!("({run}, {block})"),
+        reason,
+    }
+}
+
+/// Every run's (number, header), oldest first.
+fn headers(dir: &impl ReadableTable<u64, &'static [u8]>) -> Result<Vec<(u64, RunHeader)>> {
+    let mut out = Vec::new();
+    for row in dir.iter()? {
+        let (k, v) = row?;
+        out.push((k.value(), header(k.value(), v.value())?));
+    }
+    Ok(out)
+}
+
+/// Decodes run `run` (`blocks` of it), keeping only `key`'s entries when given.
+fn read_run(
+    blocks: &impl ReadableTable<(u64, u32), &'static [u8]>,
+    run: u64,
+    range: std::ops::Range<u32>,
+    key: Option<&[u8]>,
+    into: &mut Decoded,
+) -> Result<()> {
+    for row in blocks.range((run, range.start)..(run, range.end))? {
+        let (k, v) = row?;
+        let (_, block) = k.value();
+        into.add_block(v.value(), key)
+            .map_err(|reason| corrupt(run, block, reason))?;
+    }
+    Ok(())
+}
+
+/// The (job_id, attempt_no) of every entry for `idem_key`, in (job_id, attempt_no) order.
+///
+/// Errors: [`Error::Corrupt`] for a block or header that does not decode; storage errors.
+pub(crate) fn lookup(
+    blocks: &impl ReadableTable<(u64, u32), &'static [u8]>,
+    dir: &impl ReadableTable<u64, &'static [u8]>,
+    idem_key: &str,
+) -> Result<Vec<(String, u32)>> {
+    let mut found = Decoded::default();
+    for (run, h) in headers(dir)? {
+        // Blocks lo..hi may hold the key: a block whose fence is ≤ the key and whose successor's
+        // fence is ≥ it (a key's entries can run on into the next block).
+        let hi = h.fences.partition_point(|f| f.as_str() <= idem_key);
+        if hi == 0 {
+            continue;
+        }
+        let lo = h.fences.partition_point(|f| f.as_str() < idem_key).saturating_sub(1);
+        read_run(blocks, run, lo as u32..hi as u32, Some(idem_key.as_bytes()), &mut found)?;
+    }
+    let mut out: Vec<(String, u32)> = (0..found.len())
+        .map(|i| {
+            let (_, job, no) = found.get(i);
+            (String::from_utf8_lossy(job).into_owned(), no)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Every entry of the index, in key order, each once. Errors as [`lookup`].
+pub(crate) fn entries(
+    blocks: &impl ReadableTable<(u64, u32), &'static [u8]>,
+    dir: &impl ReadableTable<u64, &'static [u8]>,
+) -> Result<Vec<IdemEntry>> {
+    let mut out = Vec::new();
+    for (run, _) in headers(dir)? {
+        let mut d = Decoded::default();
+        read_run(blocks, run, 0..u32::MAX, None, &mut d)?;
+        out.extend((0..d.len()).map(|i| {
+            let (k, j, no) = d.get(i);
+            (
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(j).into_owned(),
+                no,
+            )
+        }));
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+impl<'txn> IdemIndex<'txn> {
+    /// Opens (creating) the index's tables in `txn`.
+    pub(crate) fn open(txn: &'txn redb::WriteTransaction) -> Result<Self> {
+        Ok(IdemIndex {
+            blocks: txn.open_table(IDEM_RUN)?,
+            dir: txn.open_table(IDEM_RUN_DIR)?,
+        })
+    }
+
+    /// Stores `keys` (in any order; borrowed (idem_key, job_id, attempt_no)) as a new run, then
+    /// merges runs while the tier rule asks (see the module docs). Nothing for no keys.
+    pub(crate) fn append(&mut self, keys: &mut [(&str, &str, u32)]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        keys.sort_unstable();
+        let run = self.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let mut w = RunWriter::new(run);
+        let mut last: Option<(&str, &str, u32)> = None;
+        for &k in keys.iter() {
+            if last == Some(k) {
+                continue;
+            }
+            w.push(&mut self.blocks, k.0.as_bytes(), k.1.as_bytes(), k.2)?;
+            last = Some(k);
+        }
+        w.finish(&mut self.blocks, &mut self.dir)?;
+        self.merge_tail()
+    }
+
+    /// Merges the newest [`FAN_IN`] runs into one while the fourth newest is of the newest's tier
+    /// or lower.
+    fn merge_tail(&mut self) -> Result<()> {
+        loop {
+            let runs: Vec<(u64, u64)> = {
+                let mut out = Vec::new();
+                for row in self.dir.iter()?.rev().take(FAN_IN) {
+                    let (k, v) = row?;
+                    out.push((k.value(), header(k.value(), v.value())?.entries));
+                }
+                out.reverse();
+                out
+            };
+            if runs.len() < FAN_IN || tier(runs[0].1) > tier(runs[FAN_IN - 1].1) {
+                return Ok(());
+            }
+            let numbers: Vec<u64> = runs.iter().map(|r| r.0).collect();
+            self.merge(&numbers)?;
+        }
+    }
+
+    /// Replaces the runs `numbers` (oldest first) by one run of all their entries, numbered after
+    /// the newest run. The inputs are read a block at a time.
+    fn merge(&mut self, numbers: &[u64]) -> Result<()> {
+        let mut inputs = Vec::with_capacity(numbers.len());
+        for &run in numbers {
+            inputs.push(Cursor::open(&self.blocks, run)?);
+        }
+        let next = self.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let mut w = RunWriter::new(next);
+        let (mut last_idem, mut last_job, mut last_no): (Vec<u8>, Vec<u8>, Option<u32>) = Default::default();
+        loop {
+            let mut best: Option<usize> = None;
+            for (i, c) in inputs.iter().enumerate() {
+                let Some(h) = c.head() else { continue };
+                if best.is_none_or(|b| Some(h) < inputs[b].head()) {
+                    best = Some(i);
+                }
+            }
+            let Some(b) = best else { break };
+            let (k, j, no) = inputs[b].head().expect("a best input has a head");
+            if last_no != Some(no) || last_idem != k || last_job != j {
+                w.push(&mut self.blocks, k, j, no)?;
+                last_idem.clear();
+                last_idem.extend_from_slice(k);
+                last_job.clear();
+                last_job.extend_from_slice(j);
+                last_no = Some(no);
+            }
+            inputs[b].advance(&self.blocks)?;
+        }
+        w.finish(&mut self.blocks, &mut self.dir)?;
+        for &run in numbers {
+            self.remove_run(run)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes run `run`'s blocks and header.
+    fn remove_run(&mut self, run: u64) -> Result<()> {
+        self.blocks.retain_in((run, 0)..=(run, u32::MAX), |_, _| false)?;
+        self.dir.remove(run)?;
+        Ok(())
+    }
+
+    /// Removes every entry for which `gone(job_id, attempt_no)` is true (retention's removal).
+    /// Each block that loses entries is stored again under its own key with the entries it keeps
+    /// (its fence stays a lower bound of its keys, which is all a lookup needs), and the run's
+    /// header gets its new count; a run left with no entry is deleted.
+    pub(crate) fn remove(&mut self, gone: impl Fn(&str, u32) -> bool) -> Result<()> {
+        let mut d = Decoded::default();
+        let mut out = BlockEncoder::default();
+        for (run, mut h) in headers(&self.dir)? {
+            let mut lost = 0u64;
+            for block_no in 0..h.fences.len() as u32 {
+                d.bytes.clear();
+                d.rows.clear();
+                match self.blocks.get((run, block_no))? {
+                    Some(v) => d
+                        .add_block(v.value(), None)
+                        .map_err(|reason| corrupt(run, block_no, reason))?,
+                    None => continue,
+                }
+                out.clear();
+                let mut lost_here = 0;
+                for i in 0..d.len() {
+                    let (k, j, no) = d.get(i);
+                    if std::str::from_utf8(j).is_ok_and(|j| gone(j, no)) {
+                        lost_here += 1;
+                    } else {
+                        out.push(k, j, no);
+                    }
+                }
+                if lost_here > 0 {
+                    self.blocks.insert((run, block_no), out.bytes.as_slice())?;
+                    lost += lost_here;
+                }
+            }
+            if lost == 0 {
+                continue;
+            }
+            h.entries -= lost.min(h.entries);
+            if h.entries == 0 {
+                self.remove_run(run)?;
+            } else {
+                self.dir.insert(run, encode(&RunHeaderRecord::V1(h)).as_slice())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves a format-version-3 ledger to version 4 inside `txn`: the idem_key B-tree
+/// ([`ATTEMPT_IDEM`], already in key order) becomes one run, and the table is deleted.
+pub(crate) fn migrate_v3(txn: &redb::WriteTransaction) -> Result<()> {
+    {
+        let old = txn.open_table(ATTEMPT_IDEM)?;
+        let mut index = IdemIndex::open(txn)?;
+        let run = index.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let mut w = RunWriter::new(run);
+        for row in old.iter()? {
+            let (k, _) = row?;
+            let (idem_key, job_id, attempt_no) = k.value();
+            w.push(&mut index.blocks, idem_key.as_bytes(), job_id.as_bytes(), attempt_no)?;
+        }
+        w.finish(&mut index.blocks, &mut index.dir)?;
+    }
+    txn.delete_table(ATTEMPT_IDEM)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_are_floor_log4() {
+        assert_eq!([0, 1, 3, 4, 15, 16, 10_000, 40_000].map(tier), [0, 0, 0, 1, 1, 2, 6, 7]);
+    }
+
+    #[test]
+    fn a_block_decodes_what_was_pushed() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        // A block's bytes, spelled out: each field is (shared, rest length, rest).
+        let txn = db.begin_write().unwrap();
+        {
+            let mut blocks = txn.open_table(IDEM_RUN).unwrap();
+            let mut dir = txn.open_table(IDEM_RUN_DIR).unwrap();
+            let mut w = RunWriter::new(7);
+            let keys = [
+                ("k-1", "job-10", 1),
+                ("k-1", "job-10", 2),
+                ("k-1", "job-9", 1),
+                ("k-2", "j", 300),
+            ];
+            for (k, j, n) in keys {
+                w.push(&mut blocks, k.as_bytes(), j.as_bytes(), n).unwrap();
+            }
+            assert_eq!(w.finish(&mut blocks, &mut dir).unwrap(), 4);
+            // "k-1","job-10",1 then "k-1" again: shares 3 of idem, 6 of job, attempt 2.
+            let block = blocks.get((7, 0)).unwrap().unwrap().value().to_vec();
+            assert_eq!(
+                block,
+                [
+                    &[0, 3][..],
+                    b"k-1",
+                    &[0, 6],
+                    b"job-10",
+                    &[1],
+                    &[3, 0, 6, 0, 2],
+                    &[3, 0, 4, 1],
+                    b"9",
+                    &[1],
+                    &[2, 1],
+                    b"2",
+                    &[1, 0],
+                    &[0xac, 0x02],
+                ]
+                .concat()
+            );
+            assert_eq!(
+                lookup(&blocks, &dir, "k-1").unwrap(),
+                [("job-10".into(), 1), ("job-10".into(), 2), ("job-9".into(), 1)]
+            );
+            assert_eq!(lookup(&blocks, &dir, "k-2").unwrap(), [("j".into(), 300)]);
+            assert!(lookup(&blocks, &dir, "k-").unwrap().is_empty());
+            assert!(lookup(&blocks, &dir, "k-3").unwrap().is_empty());
+        }
+        txn.commit().unwrap();
+    }
+}
