@@ -160,6 +160,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/review", get(read_api::review))
         .route("/v1/sql", post(read_api::sql))
         .route("/v1/jobs/{job_id}/attempts", get(read_api::job_attempts))
+        .route("/v1/idem/{idem_key}/attempts", get(read_api::idem_attempts))
         .route("/metrics", get(read_api::metrics))
         .route("/retention", get(retention::page))
         .fallback(error::not_found)

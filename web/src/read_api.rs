@@ -1,4 +1,5 @@
-//! The read APIs: `GET /v1/review`, `POST /v1/sql`, `GET /v1/jobs/{job_id}/attempts`, `GET /healthz` and `GET /metrics`.
+//! The read APIs: `GET /v1/review`, `POST /v1/sql`, `GET /v1/jobs/{job_id}/attempts`,
+//! `GET /v1/idem/{idem_key}/attempts`, `GET /healthz` and `GET /metrics`.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -111,7 +112,31 @@ pub async fn job_attempts(
         .await
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
-    let attempts: Vec<serde_json::Value> = attempts
+    Ok(Json(serde_json::json!({ "job_id": job_id, "attempts": attempts_json(&attempts) })).into_response())
+}
+
+/// `GET /v1/idem/{idem_key}/attempts`: every attempt that carries one idempotency key, across
+/// jobs, in (job_id, attempt_no) order, read through the ledger's idem_key index
+/// (`store/src/idem_index.rs`, no SQL planning, no scan), as `{"idem_key": "…", "attempts":
+/// [{…}]}` with the attempts as in [`job_attempts`]. Several jobs under one key are the
+/// duplicates seed 000 counts. An unknown key gives `"attempts": []` (200).
+pub async fn idem_attempts(
+    State(state): State<AppState>,
+    axum::extract::Path(idem_key): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let ledger = state.session.ledger().clone();
+    let key = idem_key.clone();
+    let attempts = tokio::task::spawn_blocking(move || ledger.attempts_by_idem_key(&key))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    Ok(Json(serde_json::json!({ "idem_key": idem_key, "attempts": attempts_json(&attempts) })).into_response())
+}
+
+/// Attempts as the read APIs give them: the ingest format's fields plus `ingested_at` (RFC 3339
+/// UTC) and seed 002's `error_kind`.
+fn attempts_json(attempts: &[laneledger_store::StoredAttempt]) -> Vec<serde_json::Value> {
+    attempts
         .iter()
         .map(|s| {
             let mut v = s.attempt.to_json();
@@ -125,8 +150,7 @@ pub async fn job_attempts(
             }
             v
         })
-        .collect();
-    Ok(Json(serde_json::json!({ "job_id": job_id, "attempts": attempts })).into_response())
+        .collect()
 }
 
 /// `GET /healthz`: 200 `{"status": "ok", …}` when the ledger answers a read, else 503.

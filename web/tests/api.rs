@@ -707,3 +707,62 @@ async fn one_jobs_attempts_are_read_by_key_and_fresh_after_each_write() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_idem_keys_attempts_across_jobs_are_read_through_the_index() {
+    let s = server().await;
+    let get = |path: String| Request::get(path).body(Body::empty()).unwrap();
+    let r = send(&s.app, get("/v1/idem/idem-000004/attempts".into())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({ "idem_key": "idem-000004", "attempts": [] })
+    );
+    let r = send(
+        &s.app,
+        post("/v1/attempts", Some(&bearer()), ndjson((0..10).map(attempt))),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // Job 11 redoes job 4's work under the same idem_key, in a later commit, with a second
+    // artifact: a duplicate artifact in seed 000's terms.
+    let mut again = attempt(11);
+    again["idem_key"] = "idem-000004".into();
+    let mut retry = attempt(11);
+    retry["idem_key"] = "idem-000004".into();
+    retry["attempt_no"] = 2.into();
+    retry["artifact_id"] = "art-000011-2".into();
+    let r = send(&s.app, post("/v1/attempts", Some(&bearer()), ndjson([again, retry]))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = send(&s.app, get("/v1/idem/idem-000004/attempts".into())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let body = r.json();
+    assert_eq!(body["idem_key"], "idem-000004");
+    let found: Vec<(String, u64, String)> = body["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["job_id"].as_str().unwrap().to_string(),
+                a["attempt_no"].as_u64().unwrap(),
+                a["artifact_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("job-000004".to_string(), 1, "art-000004".to_string()),
+            ("job-000011".to_string(), 1, "art-000011".to_string()),
+            ("job-000011".to_string(), 2, "art-000011-2".to_string()),
+        ]
+    );
+    assert_eq!(body["attempts"][0]["tokens_in"], 104);
+    assert!(body["attempts"][2]["ingested_at"].as_str().unwrap().ends_with('Z'));
+    // Another key is not mixed in, and a key that was never written has no attempts.
+    let r = send(&s.app, get("/v1/idem/idem-000005/attempts".into())).await;
+    assert_eq!(r.json()["attempts"].as_array().unwrap().len(), 1);
+    let r = send(&s.app, get("/v1/idem/idem-0000/attempts".into())).await;
+    assert_eq!(r.json()["attempts"], serde_json::json!([]));
+}
