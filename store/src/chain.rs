@@ -51,12 +51,7 @@ pub const BLOCK_ENTRIES: usize = 4096;
 
 /// Appends one entry's stored bytes to `block`, framed by its length (LEB128).
 fn push_frame(block: &mut Vec<u8>, entry: &[u8]) {
-    let mut len = entry.len();
-    while len >= 0x80 {
-        block.push((len as u8) | 0x80);
-        len >>= 7;
-    }
-    block.push(len as u8);
+    crate::varint::put(block, entry.len() as u64);
     block.extend_from_slice(entry);
 }
 
@@ -66,26 +61,14 @@ pub fn split_block(block: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < block.len() {
-        let (mut len, mut shift) = (0usize, 0u32);
-        loop {
-            let Some(&b) = block.get(at) else {
-                return Err(format!("frame {} has a cut length", out.len() + 1));
-            };
-            at += 1;
-            if shift > 28 {
-                return Err(format!("frame {} has a length over 32 bits", out.len() + 1));
-            }
-            len |= ((b & 0x7f) as usize) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        let Some(entry) = block.get(at..at + len) else {
-            return Err(format!("frame {} runs {len} bytes past the block's end", out.len() + 1));
+        let frame = out.len() + 1;
+        let len = crate::varint::get(block, &mut at).map_err(|e| format!("frame {frame}'s length: {e}"))?;
+        let end = usize::try_from(len).ok().and_then(|len| at.checked_add(len));
+        let Some(entry) = end.and_then(|end| block.get(at..end)) else {
+            return Err(format!("frame {frame} runs {len} bytes past the block's end"));
         };
         out.push(entry);
-        at += len;
+        at += entry.len();
     }
     Ok(out)
 }

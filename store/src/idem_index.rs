@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::ledger::{decode, encode};
 use crate::tables::{ATTEMPT_IDEM, IDEM_RUN, IDEM_RUN_DIR};
+use crate::varint;
 
 /// A block is closed once it holds this many bytes (64 KiB, about 4,000 entries of the drill).
 pub const BLOCK_BYTES: usize = 64 * 1024;
@@ -55,33 +56,6 @@ fn tier(entries: u64) -> u32 {
     if entries == 0 { 0 } else { entries.ilog2() / 2 }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Reads a LEB128 varint at `*at`. Errors: the text of a cut or overlong varint.
-fn get_varint(bytes: &[u8], at: &mut usize) -> std::result::Result<u64, String> {
-    let (mut v, mut shift) = (0u64, 0u32);
-    loop {
-        let Some(&b) = bytes.get(*at) else {
-            return Err(format!("a varint is cut at byte {at}"));
-        };
-        *at += 1;
-        if shift > 63 {
-            return Err(format!("a varint runs over 64 bits at byte {at}"));
-        }
-        v |= u64::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-}
-
 /// Length of the common prefix of `a` and `b`.
 fn shared(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -89,8 +63,8 @@ fn shared(a: &[u8], b: &[u8]) -> usize {
 
 /// Reads one prefix-compressed field into `prev` (which holds the previous entry's field).
 fn get_field(bytes: &[u8], at: &mut usize, prev: &mut Vec<u8>) -> std::result::Result<(), String> {
-    let keep = get_varint(bytes, at)? as usize;
-    let len = get_varint(bytes, at)? as usize;
+    let keep = varint::get(bytes, at)? as usize;
+    let len = varint::get(bytes, at)? as usize;
     if keep > prev.len() {
         return Err(format!("an entry shares {keep} bytes with a field of {}", prev.len()));
     }
@@ -129,7 +103,7 @@ impl Decoded {
         while at < block.len() {
             get_field(block, &mut at, &mut idem)?;
             get_field(block, &mut at, &mut job)?;
-            let no = u32::try_from(get_varint(block, &mut at)?).map_err(|_| "an attempt_no over 32 bits")?;
+            let no = u32::try_from(varint::get(block, &mut at)?).map_err(|_| "an attempt_no over 32 bits")?;
             if key.is_some_and(|k| k != idem.as_slice()) {
                 continue;
             }
@@ -158,13 +132,13 @@ impl BlockEncoder {
     fn push(&mut self, idem: &[u8], job: &[u8], no: u32) {
         for (field, prev) in [(idem, &mut self.prev_idem), (job, &mut self.prev_job)] {
             let keep = shared(prev, field);
-            put_varint(&mut self.bytes, keep as u64);
-            put_varint(&mut self.bytes, (field.len() - keep) as u64);
+            varint::put(&mut self.bytes, keep as u64);
+            varint::put(&mut self.bytes, (field.len() - keep) as u64);
             self.bytes.extend_from_slice(&field[keep..]);
             prev.truncate(keep);
             prev.extend_from_slice(&field[keep..]);
         }
-        put_varint(&mut self.bytes, u64::from(no));
+        varint::put(&mut self.bytes, u64::from(no));
     }
 
     fn clear(&mut self) {
@@ -393,6 +367,12 @@ impl<'txn> IdemIndex<'txn> {
         })
     }
 
+    /// The number for a new run: one past the newest run's, or 1 (a higher number is a newer
+    /// run).
+    fn next_run(&self) -> Result<u64> {
+        Ok(self.dir.last()?.map_or(1, |(k, _)| k.value() + 1))
+    }
+
     /// Stores `keys` (in any order; borrowed (idem_key, job_id, attempt_no)) as a new run, then
     /// merges runs while the tier rule asks (see the module docs). Nothing for no keys.
     pub(crate) fn append(&mut self, keys: &mut [(&str, &str, u32)]) -> Result<()> {
@@ -400,7 +380,7 @@ impl<'txn> IdemIndex<'txn> {
             return Ok(());
         }
         keys.sort_unstable();
-        let run = self.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let run = self.next_run()?;
         let mut w = RunWriter::new(run);
         let mut last: Option<(&str, &str, u32)> = None;
         for &k in keys.iter() {
@@ -442,7 +422,7 @@ impl<'txn> IdemIndex<'txn> {
         for &run in numbers {
             inputs.push(Cursor::open(&self.blocks, run)?);
         }
-        let next = self.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let next = self.next_run()?;
         let mut w = RunWriter::new(next);
         let (mut last_idem, mut last_job, mut last_no): (Vec<u8>, Vec<u8>, Option<u32>) = Default::default();
         loop {
@@ -532,7 +512,7 @@ pub(crate) fn migrate_v3(txn: &redb::WriteTransaction) -> Result<()> {
     {
         let old = txn.open_table(ATTEMPT_IDEM)?;
         let mut index = IdemIndex::open(txn)?;
-        let run = index.dir.last()?.map_or(1, |(k, _)| k.value() + 1);
+        let run = index.next_run()?;
         let mut w = RunWriter::new(run);
         for row in old.iter()? {
             let (k, _) = row?;

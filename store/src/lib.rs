@@ -32,6 +32,7 @@ pub mod record;
 pub mod retention;
 pub mod tables;
 pub mod time;
+mod varint;
 pub mod write_rules;
 
 pub use chain::AttemptChanges;

@@ -649,3 +649,19 @@ fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_4096() {
     assert_eq!((r.entries, r.records), (10_000, 10_000));
     assert_eq!(l.attempts_by_idem_key("k00042").unwrap()[0].attempt.job_id, "j00042");
 }
+
+#[test]
+fn a_block_splits_into_its_frames_and_a_bad_frame_is_named() {
+    let entries: [&[u8]; 3] = [b"a", &[7u8; 200], b""];
+    let block = join_block(entries);
+    assert_eq!(&block[..4], &[1, b'a', 0xc8, 0x01], "a length is LEB128: 200 is c8 01");
+    assert_eq!(split_block(&block).unwrap(), entries.to_vec());
+    assert_eq!(
+        split_block(&[1, b'a', 5, b'x']),
+        Err("frame 2 runs 5 bytes past the block's end".to_string())
+    );
+    assert_eq!(
+        split_block(&[0x80]),
+        Err("frame 1's length: a varint is cut at byte 1".to_string())
+    );
+}
