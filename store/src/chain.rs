@@ -56,7 +56,8 @@ fn push_frame(block: &mut Vec<u8>, entry: &[u8]) {
 }
 
 /// The stored bytes of each entry of a block, in position order (the block's key is the first
-/// entry's position). Errors: the text of a bad frame (a length past the block's end).
+/// entry's position). Errors: the text of a bad frame (a length cut or over 64 bits, or one
+/// running past the block's end).
 pub fn split_block(block: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     let mut out = Vec::new();
     let mut at = 0;
