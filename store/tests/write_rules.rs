@@ -243,7 +243,8 @@ fn reused_chunk_buffers_hold_only_their_own_values() {
 }
 
 /// One attempt of the model test: job `job` (not zero-padded, so string order is not number
-/// order: `job-10` sorts before `job-9`), attempt 1, in one of three shapes: open, ended, or ended on the other lane.
+/// order: `job-10` sorts before `job-9`), attempt 1, in one of three shapes: open, ended, or
+/// ended on the other lane.
 fn shaped(job: u32, shape: u64) -> laneledger_store::Attempt {
     let mut a = laneledger_store::parse::attempt_from_json(&format!(
         r#"{{"job_id":"job-{job}","idem_key":"k{}","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}}"#,
