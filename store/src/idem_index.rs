@@ -8,10 +8,15 @@
 //! sorted, prefix-compressed, cut into blocks of about [`BLOCK_BYTES`] ([`IDEM_RUN`], keyed by
 //! (run, block)), with a header that holds each block's first idem_key ([`IDEM_RUN_DIR`]). Runs
 //! are merged by size tier: whenever the four newest runs are of one tier (tier = ⌊log₄ entries⌋),
-//! or the fourth newest is of a lower tier than the newest, they become one run. A ledger of
-//! `n` attempts then holds at most about 3·log₄ n runs, and an entry is rewritten about once per
-//! tier it climbs (five times from a 10,000-attempt commit to a 10 M-attempt ledger). A lookup
-//! reads every run's header and the blocks whose fences may hold the key.
+//! or the fourth newest is of a lower tier than the newest, they become one run, unless the
+//! fourth newest holds 4⁹ = 262,144 entries or more ([`CAPPED_TIER`]). An entry is then rewritten
+//! about once per tier it climbs, and at most three times from a 10,000-attempt commit (40 k,
+//! 160 k, 640 k), so a ledger's merge work grows linearly with its attempts: without the cap an
+//! entry was rewritten five times on its way into a 10 M-attempt ledger against three into a 1 M
+//! one. The price is in lookups: a ledger of `n` attempts holds at most about 3·log₄ n runs below
+//! the cap and at most n / 262,144 at it (the drill's 10 M attempts, in 10,000-attempt commits,
+//! leave 15 runs of 640 k and four smaller), and a lookup reads every run's header and the blocks
+//! whose fences may hold the key.
 //!
 //! Keys compare as bytes, in the order of the tuple (idem_key, job_id, attempt_no), the order the
 //! version 3 B-tree had. An entry is in the index exactly while its attempt row is in `attempt`:
@@ -51,9 +56,21 @@ pub enum RunHeaderRecord {
 /// An index entry: (idem_key, job_id, attempt_no).
 pub type IdemEntry = (String, String, u32);
 
+/// Runs of this tier or above (at least 4⁹ = 262,144 entries) are never merged again, so no run
+/// holds more than 4¹⁰ − 4 = 1,048,572 entries and an entry is rewritten at most three times
+/// after its commit (from a 10,000-attempt commit: 40 k, 160 k, 640 k), in a ledger of any size.
+const CAPPED_TIER: u32 = 9;
+
 /// A run's tier: ⌊log₄ entries⌋ (0 for an empty run).
 fn tier(entries: u64) -> u32 {
     if entries == 0 { 0 } else { entries.ilog2() / 2 }
+}
+
+/// Whether the newest [`FAN_IN`] runs are merged, given the oldest of them (`oldest`, entries)
+/// and the newest (`newest`): when the oldest is of the newest's tier or lower, and below
+/// [`CAPPED_TIER`].
+fn merges(oldest: u64, newest: u64) -> bool {
+    tier(oldest) <= tier(newest) && tier(oldest) < CAPPED_TIER
 }
 
 /// Length of the common prefix of `a` and `b`.
@@ -394,8 +411,7 @@ impl<'txn> IdemIndex<'txn> {
         self.merge_tail()
     }
 
-    /// Merges the newest [`FAN_IN`] runs into one while the fourth newest is of the newest's tier
-    /// or lower.
+    /// Merges the newest [`FAN_IN`] runs into one while [`merges`] says so.
     fn merge_tail(&mut self) -> Result<()> {
         loop {
             let runs: Vec<(u64, u64)> = {
@@ -407,7 +423,7 @@ impl<'txn> IdemIndex<'txn> {
                 out.reverse();
                 out
             };
-            if runs.len() < FAN_IN || tier(runs[0].1) > tier(runs[FAN_IN - 1].1) {
+            if runs.len() < FAN_IN || !merges(runs[0].1, runs[FAN_IN - 1].1) {
                 return Ok(());
             }
             let numbers: Vec<u64> = runs.iter().map(|r| r.0).collect();
@@ -532,6 +548,27 @@ mod tests {
     #[test]
     fn tiers_are_floor_log4() {
         assert_eq!([0, 1, 3, 4, 15, 16, 10_000, 40_000].map(tier), [0, 0, 0, 1, 1, 2, 6, 7]);
+    }
+
+    #[test]
+    fn four_runs_merge_from_the_oldest_tier_up_to_the_newest_and_never_from_the_capped_tier() {
+        // (oldest of the four, newest, merged?)
+        let cases = [
+            (10_000, 10_000, true),
+            (40_000, 10_000, false),
+            (10_000, 40_000, true),
+            (160_000, 160_000, true),
+            // Four runs of 160 k make one of 640 k (tier 9), the largest a merge makes.
+            (262_143, 262_143, true),
+            (262_144, 262_144, false),
+            (640_000, 640_000, false),
+            (640_000, 10_000_000, false),
+            (1_048_572, 1_048_572, false),
+        ];
+        for (oldest, newest, want) in cases {
+            assert_eq!(merges(oldest, newest), want, "{oldest} {newest}");
+        }
+        assert_eq!(tier(4 * 262_143), CAPPED_TIER);
     }
 
     #[test]

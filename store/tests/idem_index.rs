@@ -69,7 +69,8 @@ fn many_commits_merge_into_few_runs_and_every_lookup_matches_a_model() {
     }
     assert!(l.attempts_by_idem_key("idem-").unwrap().is_empty());
     assert!(l.attempts_by_idem_key("idem-~").unwrap().is_empty());
-    // At most three runs per tier (⌊log₄ entries⌋) that holds any.
+    // At most three runs per tier (⌊log₄ entries⌋) that holds any: these entries stay below
+    // the tier whose runs are no longer merged (4⁹ entries), as the unit test of `merges` shows.
     let txn = l.database().begin_read().unwrap();
     let runs = txn.open_table(IDEM_RUN_DIR).unwrap().len().unwrap();
     let tiers = u64::from(n.ilog2() / 2) + 1;
