@@ -15,7 +15,7 @@
 //! entry was rewritten five times on its way into a 10 M-attempt ledger against three into a 1 M
 //! one. The price is in lookups: a ledger of `n` attempts holds at most about 3·log₄ n runs below
 //! the cap and at most n / 262,144 at it (the drill's 10 M attempts, in 10,000-attempt commits,
-//! leave 15 runs of 640 k and four smaller), and a lookup reads every run's header and the blocks
+//! leave 15 runs of 640 k and five smaller), and a lookup reads every run's header and the blocks
 //! whose fences may hold the key.
 //!
 //! Keys compare as bytes, in the order of the tuple (idem_key, job_id, attempt_no), the order the
