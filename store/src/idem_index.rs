@@ -56,9 +56,10 @@ pub enum RunHeaderRecord {
 /// An index entry: (idem_key, job_id, attempt_no).
 pub type IdemEntry = (String, String, u32);
 
-/// Runs of this tier or above (at least 4⁹ = 262,144 entries) are never merged again, so no run
-/// holds more than 4¹⁰ − 4 = 1,048,572 entries and an entry is rewritten at most three times
-/// after its commit (from a 10,000-attempt commit: 40 k, 160 k, 640 k), in a ledger of any size.
+/// Runs of this tier or above (at least 4⁹ = 262,144 entries) are never merged again, so no merge
+/// makes a run of more than 4¹⁰ − 4 = 1,048,572 entries (one commit's own run can be larger) and
+/// an entry is rewritten at most three times after its commit (from a 10,000-attempt commit:
+/// 40 k, 160 k, 640 k), in a ledger of any size.
 const CAPPED_TIER: u32 = 9;
 
 /// A run's tier: ⌊log₄ entries⌋ (0 for an empty run).
