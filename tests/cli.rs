@@ -448,7 +448,7 @@ fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
 
 #[test]
 fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
-    use laneledger_store::tables::{CHAIN_BLOCK, COUNTER, FORMAT_VERSION, META};
+    use laneledger_store::tables::{CHAIN_BLOCK, CHAIN_TIP, COUNTER, FORMAT_VERSION, META};
     let (_dir, db) = pin_ledger("old.redb");
     let db_s = db.to_str().unwrap();
     {
@@ -456,6 +456,7 @@ fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
         let l = laneledger_store::Ledger::open(&db).unwrap();
         let txn = l.database().begin_write().unwrap();
         txn.delete_table(CHAIN_BLOCK).unwrap();
+        txn.delete_table(CHAIN_TIP).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
         txn.open_table(COUNTER).unwrap().remove("chain_entries").unwrap();
         txn.commit().unwrap();

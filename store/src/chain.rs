@@ -2,24 +2,33 @@
 //! commit order, inside the write transaction that stores it (SPEC 2: append-only, provably).
 //!
 //! Each chain entry names one record — its table and key ([`RecordKey`]) — and holds the SHA-256
-//! of the record's stored bytes and the SHA-256 of the entry before it. A new attempt row, the
-//! completion of a row, a conflict, a reject, a gate decision, a decision conflict, a retention
-//! sweep, a week snapshot and a checkpoint each append one entry. The entry at position `n` is
-//! stored as its postcard encoding followed by the SHA-256 of that encoding; the first entry links
-//! to 32 zero bytes. Entries are stored in blocks ([`CHAIN_BLOCK`]): each write transaction
-//! stores its entries as one block of consecutive positions, keyed by the first, so a batch of
-//! 10,000 attempts costs one B-tree insert for its chain, not 10,000.
+//! of the record's stored bytes and the SHA-256 of the entry before it (`prev`). A new attempt
+//! row, the completion of a row, a conflict, a reject, a gate decision, a decision conflict, a
+//! retention sweep, a week snapshot and a checkpoint each append one entry. An entry's hash is the
+//! SHA-256 of its postcard encoding, `prev` last; the first entry links to 32 zero bytes.
+//!
+//! Entries are stored in blocks ([`CHAIN_BLOCK`]) of consecutive positions, keyed by the first:
+//! each write transaction stores its entries as blocks of at most [`BLOCK_BYTES`], so a batch of
+//! 10,000 attempts costs one or two B-tree inserts for its chain, not 10,000. A block stores the
+//! `prev` of its first entry once; then each entry's encoding without its `prev` (the hash of the
+//! entry before it in the block, computed again when the block is read) and a CRC-32 of that
+//! encoding. The hash of the last entry, the chain's tip, is kept in [`CHAIN_TIP`] for the next
+//! write. This is format version 5: version 4 stored every entry's `prev` and its own hash with it,
+//! 64 bytes an entry that can be computed from the rest, and 5 gives the same hashes.
 //!
 //! A retention sweep (SPEC 6) removes old records *and* their chain entries. Where it removes a run
 //! of consecutive entries `first..=last` it leaves a [`Checkpoint`]: the hash the run linked to and
 //! the hash of its last entry, checked before the run is removed. Checkpoints are records of
 //! their own (chained, never removed), so [`Ledger::verify`] walks the chain across removed runs.
 //!
-//! [`Ledger::verify`] checks every entry's hash and link, then every stored record against its
-//! latest entry: a changed, removed, added or reordered record, or a missing, changed or moved
-//! entry, is found, and the first one is named. Verify runs are logged in `verify_run`, outside the
-//! chain (they describe it). Without an anchor kept elsewhere a hash chain cannot tell a ledger
-//! rewritten from some point on, so `verify` prints the chain's tip hash for keeping.
+//! [`Ledger::verify`] checks every entry's CRC, position and link, then every stored record against
+//! its latest entry: a changed, removed, added or reordered record, or a missing, changed or moved
+//! entry, is found, and the first one is named. An entry changed together with its CRC changes
+//! every hash after it, so the next block's stored `prev` no longer links (named at that block's
+//! first entry), or the stored tip no longer matches (named at the last entry). Verify runs are
+//! logged in `verify_run`, outside the chain (they describe it). Without an anchor kept elsewhere a
+//! hash chain cannot tell a ledger rewritten from some point on, so `verify` prints the chain's tip
+//! hash for keeping.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -31,8 +40,9 @@ use crate::error::{Error, Result};
 use crate::ledger::{Ledger, decode, encode};
 use crate::record::StoredAttempt;
 use crate::tables::{
-    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_V2, COUNTER,
-    DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT,
+    CHAIN_TIP, CHAIN_V2, COUNTER, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, VERIFY_RUN,
+    WEEK_SNAPSHOT,
 };
 use crate::time::format_timestamp;
 
@@ -45,9 +55,18 @@ pub const GENESIS: Hash = [0; 32];
 /// The `counter` row holding how many chain positions have been used (the last entry's `n`).
 pub(crate) const CHAIN_ENTRIES: &str = "chain_entries";
 
-/// The most entries one stored block holds (about 470 KiB of attempt entries); a write
-/// transaction with more stores several blocks.
-pub const BLOCK_ENTRIES: usize = 4096;
+/// The most bytes one stored block holds: a write transaction whose entries take more stores
+/// several blocks. Just under 512 KiB, so that a full block fills one redb page of that size
+/// (about 9,000 attempt entries of 56 bytes).
+pub const BLOCK_BYTES: usize = 512 * 1024 - 1024;
+
+/// The most entries one format-version-3 or -4 block held (read only to migrate).
+const V4_BLOCK_ENTRIES: usize = 4096;
+
+/// The bytes an entry of `len` stored bytes takes in a block: its length (LEB128) and itself.
+fn frame_len(len: usize) -> usize {
+    len + (usize::BITS - len.leading_zeros()).div_ceil(7).max(1) as usize
+}
 
 /// Appends one entry's stored bytes to `block`, framed by its length (LEB128).
 fn push_frame(block: &mut Vec<u8>, entry: &[u8]) {
@@ -55,17 +74,17 @@ fn push_frame(block: &mut Vec<u8>, entry: &[u8]) {
     block.extend_from_slice(entry);
 }
 
-/// The stored bytes of each entry of a block, in position order (the block's key is the first
-/// entry's position). Errors: the text of a bad frame (a length cut or over 64 bits, or one
-/// running past the block's end).
-pub fn split_block(block: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
+/// The stored bytes of each frame of `frames` (a block after its header, or a whole
+/// format-version-4 block), in order. Errors: the text of a bad frame (a length cut or over 64
+/// bits, or one running past the end).
+fn split_frames(frames: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     let mut out = Vec::new();
     let mut at = 0;
-    while at < block.len() {
+    while at < frames.len() {
         let frame = out.len() + 1;
-        let len = crate::varint::get(block, &mut at).map_err(|e| format!("frame {frame}'s length: {e}"))?;
+        let len = crate::varint::get(frames, &mut at).map_err(|e| format!("frame {frame}'s length: {e}"))?;
         let end = usize::try_from(len).ok().and_then(|len| at.checked_add(len));
-        let Some(entry) = end.and_then(|end| block.get(at..end)) else {
+        let Some(entry) = end.and_then(|end| frames.get(at..end)) else {
             return Err(format!("frame {frame} runs {len} bytes past the block's end"));
         };
         out.push(entry);
@@ -74,10 +93,21 @@ pub fn split_block(block: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     Ok(out)
 }
 
-/// One block holding `entries` (stored entry bytes) at consecutive positions: the inverse of
-/// [`split_block`].
-pub fn join_block<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut block = Vec::new();
+/// A stored block: the `prev` of its first entry (its first 32 bytes), then the stored bytes of
+/// each entry, in position order (the block's key is the first entry's position). Errors: the text
+/// of a block shorter than a hash or of a bad frame (a length cut or over 64 bits, or one running
+/// past the block's end).
+pub fn split_block(block: &[u8]) -> std::result::Result<(Hash, Vec<&[u8]>), String> {
+    let Some((prev, frames)) = block.split_first_chunk::<32>() else {
+        return Err(format!("{} bytes, shorter than the block's prev hash", block.len()));
+    };
+    Ok((*prev, split_frames(frames)?))
+}
+
+/// One block whose first entry links to `prev`, holding `entries` (stored entry bytes) at
+/// consecutive positions: the inverse of [`split_block`].
+pub fn join_block<'a>(prev: &Hash, entries: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut block = prev.to_vec();
     for e in entries {
         push_frame(&mut block, e);
     }
@@ -186,7 +216,7 @@ pub struct ChainEntry {
     pub prev: Hash,
 }
 
-/// The on-disk entry, versioned.
+/// A format-version-4 stored entry, versioned: the whole [`ChainEntry`] (read only to migrate).
 #[derive(Deserialize)]
 enum ChainEntryRecord {
     V1(ChainEntry),
@@ -198,23 +228,156 @@ enum ChainEntryRef<'a> {
     V1(&'a ChainEntry),
 }
 
-/// A decoded stored entry: `(entry, stored hash, whether the stored hash matches the contents)`,
-/// or the text of a decoding failure.
+/// The stored part of an entry (format version 5), versioned: [`ChainEntry`] without `prev`.
+/// Postcard writes a struct's fields in order and a [`Hash`] as its 32 bytes, so this encoding
+/// followed by `prev` is [`ChainEntryRef`]'s, the bytes the entry's hash is taken of.
+#[derive(Deserialize)]
+enum StoredEntryRecord {
+    V1 {
+        n: u64,
+        kind: EntryKind,
+        key: RecordKey,
+        record: Hash,
+    },
+}
+
+/// The same encoding as [`StoredEntryRecord`], borrowing the key.
+#[derive(Serialize)]
+enum StoredEntryRef<'a> {
+    V1 {
+        n: u64,
+        kind: EntryKind,
+        key: &'a RecordKey,
+        record: &'a Hash,
+    },
+}
+
+/// The hash of the entry whose stored encoding (without `prev`) is `body`: SHA-256 of `body`
+/// followed by `prev`.
+fn entry_hash(body: &[u8], prev: &Hash) -> Hash {
+    Sha256::new().chain_update(body).chain_update(prev).finalize().into()
+}
+
+/// One entry's stored bytes (format version 5): the encoding of `entry` without its `prev`,
+/// followed by the CRC-32 of that encoding (4 bytes, little-endian); and the entry's hash. The
+/// entry's own `prev` is hashed, so it must be the hash of the entry before.
+pub fn encode_entry(entry: &ChainEntry) -> (Vec<u8>, Hash) {
+    let mut stored = Vec::with_capacity(96);
+    let hash = encode_entry_into(&mut stored, entry.n, entry.kind, &entry.key, &entry.record, &entry.prev);
+    (stored, hash)
+}
+
+/// [`encode_entry`] into `stored` (cleared first), returning the entry's hash.
+fn encode_entry_into(
+    stored: &mut Vec<u8>,
+    n: u64,
+    kind: EntryKind,
+    key: &RecordKey,
+    record: &Hash,
+    prev: &Hash,
+) -> Hash {
+    stored.clear();
+    let body = StoredEntryRef::V1 { n, kind, key, record };
+    let mut out = postcard::to_extend(&body, std::mem::take(stored)).expect("chain entries always encode");
+    let hash = entry_hash(&out, prev);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    *stored = out;
+    hash
+}
+
+/// The bytes format version 4 stored for `entry`: its whole postcard encoding followed by its
+/// SHA-256 (for tests that write a version 4 file).
+pub fn encode_v4_entry(entry: &ChainEntry) -> Vec<u8> {
+    let mut body = postcard::to_allocvec(&ChainEntryRef::V1(entry)).expect("chain entries always encode");
+    let hash = sha256(&body);
+    body.extend_from_slice(&hash);
+    body
+}
+
+/// A decoded stored entry: `(entry, its hash, whether its CRC matches its stored bytes)`, or the
+/// text of a decoding failure.
 pub type DecodedEntry = std::result::Result<(ChainEntry, Hash, bool), String>;
 
-/// An entry as stored: `(entry, stored hash, whether the stored hash matches the contents)`.
-/// Errors: the text of a decoding failure.
-pub fn decode_entry(stored: &[u8]) -> DecodedEntry {
-    let Some(split) = stored.len().checked_sub(32) else {
-        return Err(format!("{} bytes, shorter than a hash", stored.len()));
+/// An entry as stored (format version 5), decoded without its hash.
+struct StoredEntry<'a> {
+    /// The stored bytes without the CRC: what the hash is taken of, before `prev`.
+    body: &'a [u8],
+    n: u64,
+    kind: EntryKind,
+    key: RecordKey,
+    record: Hash,
+    /// Whether the stored CRC matches `body`.
+    crc_ok: bool,
+}
+
+/// Decodes an entry's stored bytes. Errors: the text of a decoding failure.
+fn decode_stored(stored: &[u8]) -> std::result::Result<StoredEntry<'_>, String> {
+    let Some((body, crc)) = stored.split_last_chunk::<4>() else {
+        return Err(format!("{} bytes, shorter than a CRC", stored.len()));
     };
-    let (body, hash) = stored.split_at(split);
-    let hash: Hash = hash.try_into().expect("32 bytes");
-    let ok = sha256(body) == hash;
-    match postcard::from_bytes::<ChainEntryRecord>(body) {
-        Ok(ChainEntryRecord::V1(e)) => Ok((e, hash, ok)),
+    let crc_ok = crc32fast::hash(body) == u32::from_le_bytes(*crc);
+    match postcard::from_bytes::<StoredEntryRecord>(body) {
+        Ok(StoredEntryRecord::V1 { n, kind, key, record }) => Ok(StoredEntry {
+            body,
+            n,
+            kind,
+            key,
+            record,
+            crc_ok,
+        }),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// An entry as stored (format version 5), whose `prev` is `prev` (the hash of the entry before it,
+/// or its block's stored `prev` for a block's first): `(entry, its hash, whether its CRC matches)`.
+/// Errors: the text of a decoding failure.
+pub fn decode_entry(stored: &[u8], prev: &Hash) -> DecodedEntry {
+    let e = decode_stored(stored)?;
+    let hash = entry_hash(e.body, prev);
+    Ok((
+        ChainEntry {
+            n: e.n,
+            kind: e.kind,
+            key: e.key,
+            record: e.record,
+            prev: *prev,
+        },
+        hash,
+        e.crc_ok,
+    ))
+}
+
+/// An entry as format version 4 stored it: `(entry, its stored hash, whether that hash matches the
+/// contents)`. Errors: the text of a decoding failure.
+fn decode_v4_entry(stored: &[u8]) -> DecodedEntry {
+    let Some((body, hash)) = stored.split_last_chunk::<32>() else {
+        return Err(format!("{} bytes, shorter than a hash", stored.len()));
+    };
+    let ok = sha256(body) == *hash;
+    match postcard::from_bytes::<ChainEntryRecord>(body) {
+        Ok(ChainEntryRecord::V1(e)) => Ok((e, *hash, ok)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Each entry of a stored block with its hash, the hashes chained from the block's stored `prev`:
+/// `(position, decoded entry)`. A frame that cannot be decoded leaves the next entry's `prev` as
+/// it was. Errors: the text of a bad block (see [`split_block`]).
+fn block_entries(first: u64, block: &[u8]) -> std::result::Result<Vec<(u64, DecodedEntry)>, String> {
+    let (mut prev, frames) = split_block(block)?;
+    Ok(frames
+        .into_iter()
+        .enumerate()
+        .map(|(i, frame)| {
+            let decoded = decode_entry(frame, &prev);
+            if let Ok((_, hash, _)) = &decoded {
+                prev = *hash;
+            }
+            (first + i as u64, decoded)
+        })
+        .collect())
 }
 
 /// Where a sweep removed the chain entries `first..=last`: the hash the run's first entry linked
@@ -240,8 +403,11 @@ pub enum CheckpointRecord {
     V1(Checkpoint),
 }
 
-/// An entry a sweep keeps in a block it cuts: its position and stored bytes.
-type Kept = (u64, Vec<u8>);
+/// An entry a sweep keeps in a block it cuts: its position, stored bytes and `prev`.
+type Kept = (u64, Vec<u8>, Hash);
+
+/// The [`CHAIN_TIP`] row.
+const TIP: &str = "tip";
 
 /// Appends entries to the chain inside one write transaction, as blocks of consecutive positions.
 ///
@@ -250,10 +416,12 @@ type Kept = (u64, Vec<u8>);
 /// new value, which every writer stores.
 pub(crate) struct ChainWriter<'txn> {
     table: Table<'txn, u64, &'static [u8]>,
+    tips: Table<'txn, &'static str, &'static [u8]>,
     next: u64,
     tip: Hash,
-    body: Vec<u8>,
-    /// The block being built: its frames, the position of its first entry and its entry count.
+    entry: Vec<u8>,
+    /// The block being built: its `prev` and frames, the position of its first entry and its
+    /// entry count.
     block: Vec<u8>,
     block_first: u64,
     block_len: usize,
@@ -261,26 +429,32 @@ pub(crate) struct ChainWriter<'txn> {
 
 impl<'txn> ChainWriter<'txn> {
     /// Opens the chain in `txn`; `counted` is the `chain_entries` counter, so that a tail removed
-    /// behind the ledger's back leaves a gap that `verify` names instead of being reused.
+    /// behind the ledger's back leaves a gap that `verify` names instead of being reused. The tip
+    /// is read from [`CHAIN_TIP`], or computed from the last block when that row is missing.
     pub(crate) fn open(txn: &'txn WriteTransaction, counted: u64) -> Result<Self> {
         let table = txn.open_table(CHAIN_BLOCK)?;
+        let tips = txn.open_table(CHAIN_TIP)?;
+        let stored_tip = tips.get(TIP)?.and_then(|v| Hash::try_from(v.value()).ok());
         let (last, tip) = match table.last()? {
-            Some((k, v)) => match split_block(v.value()) {
-                Ok(frames) if !frames.is_empty() => (
-                    k.value() + frames.len() as u64 - 1,
-                    decode_entry(frames[frames.len() - 1])
-                        .map(|(_, h, _)| h)
-                        .unwrap_or(GENESIS),
-                ),
-                _ => (k.value(), GENESIS),
+            Some((k, v)) => match block_entries(k.value(), v.value()) {
+                Ok(entries) if !entries.is_empty() => {
+                    let tip = stored_tip.unwrap_or_else(|| match entries.last() {
+                        Some((_, Ok((_, hash, _)))) => *hash,
+                        _ => GENESIS,
+                    });
+                    (k.value() + entries.len() as u64 - 1, tip)
+                }
+                _ => (k.value(), stored_tip.unwrap_or(GENESIS)),
             },
+            // No block: nothing to link to (a tip row left from before is stale).
             None => (0, GENESIS),
         };
         Ok(ChainWriter {
             table,
+            tips,
             next: last.max(counted) + 1,
             tip,
-            body: Vec::with_capacity(128),
+            entry: Vec::with_capacity(128),
             block: Vec::new(),
             block_first: 0,
             block_len: 0,
@@ -289,29 +463,18 @@ impl<'txn> ChainWriter<'txn> {
 
     /// Appends the entry for `key`, whose stored value is `value`.
     pub(crate) fn append(&mut self, kind: EntryKind, key: RecordKey, value: &[u8]) -> Result<()> {
-        let entry = ChainEntry {
-            n: self.next,
-            kind,
-            key,
-            record: sha256(value),
-            prev: self.tip,
-        };
-        self.body.clear();
-        let mut body = postcard::to_extend(&ChainEntryRef::V1(&entry), std::mem::take(&mut self.body))
-            .expect("chain entries always encode");
-        let hash = sha256(&body);
-        body.extend_from_slice(&hash);
-        if self.block_len == 0 {
-            self.block_first = self.next;
-        }
-        push_frame(&mut self.block, &body);
-        self.block_len += 1;
-        self.body = body;
-        self.tip = hash;
-        self.next += 1;
-        if self.block_len == BLOCK_ENTRIES {
+        let hash = encode_entry_into(&mut self.entry, self.next, kind, &key, &sha256(value), &self.tip);
+        if self.block_len > 0 && self.block.len() + frame_len(self.entry.len()) > BLOCK_BYTES {
             self.flush()?;
         }
+        if self.block_len == 0 {
+            self.block_first = self.next;
+            self.block.extend_from_slice(&self.tip);
+        }
+        push_frame(&mut self.block, &self.entry);
+        self.block_len += 1;
+        self.tip = hash;
+        self.next += 1;
         Ok(())
     }
 
@@ -325,10 +488,11 @@ impl<'txn> ChainWriter<'txn> {
         Ok(())
     }
 
-    /// Stores the entries still held and returns the positions used so far (the value for the
-    /// `chain_entries` counter).
+    /// Stores the entries still held and the tip, and returns the positions used so far (the
+    /// value for the `chain_entries` counter).
     pub(crate) fn finish(mut self) -> Result<u64> {
         self.flush()?;
+        self.tips.insert(TIP, self.tip.as_slice())?;
         Ok(self.next - 1)
     }
 
@@ -349,26 +513,25 @@ impl<'txn> ChainWriter<'txn> {
         for row in self.table.iter()? {
             let (k, v) = row?;
             let first = k.value();
-            let frames = split_block(v.value()).map_err(|reason| Error::ChainBroken {
+            let entries = block_entries(first, v.value()).map_err(|reason| Error::ChainBroken {
                 position: first,
                 reason,
             })?;
+            let (_, frames) = split_block(v.value()).expect("split above");
             let mut kept = Vec::new();
             let mut lost = false;
-            for (i, frame) in frames.into_iter().enumerate() {
-                let n = first + i as u64;
-                let (entry, hash, ok) =
-                    decode_entry(frame).map_err(|reason| Error::ChainBroken { position: n, reason })?;
+            for ((n, decoded), frame) in entries.into_iter().zip(frames) {
+                let (entry, hash, ok) = decoded.map_err(|reason| Error::ChainBroken { position: n, reason })?;
                 if !removed(&entry.key) {
                     open = false;
-                    kept.push((n, frame.to_vec()));
+                    kept.push((n, frame.to_vec(), entry.prev));
                     continue;
                 }
                 lost = true;
                 if !ok {
                     return Err(Error::ChainBroken {
                         position: n,
-                        reason: "entry hash does not match its contents".into(),
+                        reason: "entry CRC does not match its contents".into(),
                     });
                 }
                 match runs.last_mut() {
@@ -405,12 +568,12 @@ impl<'txn> ChainWriter<'txn> {
             self.table.remove(first)?;
             // The kept entries, cut where a removed run left a gap, each piece a block.
             let mut piece: Vec<Kept> = Vec::new();
-            for (n, bytes) in kept {
-                if piece.last().is_some_and(|(m, _)| *m + 1 != n) {
+            for (n, bytes, prev) in kept {
+                if piece.last().is_some_and(|(m, _, _)| *m + 1 != n) {
                     self.store_piece(&piece)?;
                     piece.clear();
                 }
-                piece.push((n, bytes));
+                piece.push((n, bytes, prev));
             }
             self.store_piece(&piece)?;
         }
@@ -419,8 +582,8 @@ impl<'txn> ChainWriter<'txn> {
 
     /// Stores entries at consecutive positions as one block keyed by the first (nothing for none).
     fn store_piece(&mut self, piece: &[Kept]) -> Result<()> {
-        if let Some((first, _)) = piece.first() {
-            let block = join_block(piece.iter().map(|(_, b)| b.as_slice()));
+        if let Some((first, _, prev)) = piece.first() {
+            let block = join_block(prev, piece.iter().map(|(_, b, _)| b.as_slice()));
             self.table.insert(*first, block.as_slice())?;
         }
         Ok(())
@@ -431,14 +594,18 @@ impl<'txn> ChainWriter<'txn> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Problem {
-    /// A chain entry's stored SHA-256 does not match its contents (the entry was changed).
+    /// A chain entry's stored CRC-32 does not match its contents (the entry was changed).
     EntryChanged,
     /// A chain entry cannot be decoded.
     EntryUnreadable,
     /// A chain entry is stored at another position than the one it was written at (reordered).
     EntryMoved,
-    /// A chain entry does not link to the entry before it.
+    /// A chain entry does not link to the entry before it: a block's stored `prev` is not the
+    /// hash of the entry before the block (an entry before it was changed, or the `prev`).
     BrokenLink,
+    /// The stored tip ([`CHAIN_TIP`]) is not the hash of the last entry: an entry of the last block
+    /// was changed, or the tip.
+    TipChanged,
     /// A chain position is missing and no checkpoint stands for it (an entry removed).
     EntryMissing,
     /// A record's stored bytes differ from what its latest chain entry hashed.
@@ -453,10 +620,11 @@ impl Problem {
     /// The problem in words.
     pub fn describe(self) -> &'static str {
         match self {
-            Problem::EntryChanged => "chain entry changed: its hash does not match its contents",
+            Problem::EntryChanged => "chain entry changed: its CRC does not match its contents",
             Problem::EntryUnreadable => "chain entry cannot be decoded",
             Problem::EntryMoved => "chain entry stored at another position than it was written at",
             Problem::BrokenLink => "chain entry does not link to the entry before it",
+            Problem::TipChanged => "chain tip changed: it is not the hash of the last entry",
             Problem::EntryMissing => "chain entry missing, and no checkpoint stands for it",
             Problem::RecordChanged => "record changed: it differs from what its chain entry hashed",
             Problem::RecordRemoved => "record removed: its chain entry names it but the table does not hold it",
@@ -565,10 +733,10 @@ impl KeyDigest {
     }
 }
 
-/// The chain entry at position `n` (to name a record whose entry the walk met).
+/// The record key of the chain entry at position `n` (to name a record whose entry the walk met).
 /// Errors: [`Error::Corrupt`] when no block holds it or it cannot be decoded (the walk decoded
 /// it a moment before, in the same snapshot).
-fn entry_at(chain: &redb::ReadOnlyTable<u64, &'static [u8]>, n: u64) -> Result<ChainEntry> {
+fn key_at(chain: &redb::ReadOnlyTable<u64, &'static [u8]>, n: u64) -> Result<RecordKey> {
     let corrupt = |reason: String| Error::Corrupt {
         table: "chain",
         key: n.to_string(),
@@ -579,11 +747,11 @@ fn entry_at(chain: &redb::ReadOnlyTable<u64, &'static [u8]>, n: u64) -> Result<C
         .next_back()
         .transpose()?
         .ok_or_else(|| corrupt("no block holds it".into()))?;
-    let frames = split_block(v.value()).map_err(corrupt)?;
+    let (_, frames) = split_block(v.value()).map_err(corrupt)?;
     let frame = frames
         .get((n - k.value()) as usize)
         .ok_or_else(|| corrupt("its block is shorter".into()))?;
-    decode_entry(frame).map(|(e, _, _)| e).map_err(corrupt)
+    decode_stored(frame).map(|e| e.key).map_err(corrupt)
 }
 
 /// Checks one table's records against the latest entry of each (`expected`, drained as found).
@@ -733,10 +901,10 @@ impl Ledger {
         for block in chain.iter()? {
             let (k, v) = block?;
             let first = k.value();
-            match split_block(v.value()) {
-                Ok(frames) => {
-                    for (i, frame) in frames.into_iter().enumerate() {
-                        let bad = step(first + i as u64, decode_entry(frame), walk_bad.is_none());
+            match block_entries(first, v.value()) {
+                Ok(entries) => {
+                    for (n, decoded) in entries {
+                        let bad = step(n, decoded, walk_bad.is_none());
                         walk_bad = walk_bad.or(bad);
                     }
                 }
@@ -774,6 +942,11 @@ impl Ledger {
         }
         if next <= counted && !cross(&mut next, &mut prev, &mut crossed, counted + 1) {
             return Ok(chain_bad(next, Problem::EntryMissing));
+        }
+        // The tip the next write links to must be the last entry's hash.
+        let stored_tip = txn.open_table(CHAIN_TIP)?.get(TIP)?.map(|v| v.value().to_vec());
+        if entries > 0 && stored_tip.as_deref() != Some(prev.as_slice()) {
+            return Ok(chain_bad(next - 1, Problem::TipChanged));
         }
         let mut found = Vec::new();
         let mut records = 0;
@@ -850,7 +1023,7 @@ impl Ledger {
         // Entries whose record is gone: counted, and the first named from its entry.
         let removed = expected.len() as u64;
         if let Some(n) = expected.into_values().map(|(_, n)| n).min() {
-            let key = entry_at(&chain, n)?.key;
+            let key = key_at(&chain, n)?;
             found.push((
                 n,
                 BadRecord {
@@ -926,12 +1099,8 @@ impl Ledger {
                 key: n.to_string(),
                 reason,
             };
-            for (i, frame) in split_block(v.value())
-                .map_err(|r| corrupt(k.value(), r))?
-                .into_iter()
-                .enumerate()
-            {
-                let (entry, _, _) = decode_entry(frame).map_err(|r| corrupt(k.value() + i as u64, r))?;
+            for (n, decoded) in block_entries(k.value(), v.value()).map_err(|r| corrupt(k.value(), r))? {
+                let (entry, _, _) = decoded.map_err(|r| corrupt(n, r))?;
                 out.push(entry);
             }
         }
@@ -970,8 +1139,9 @@ impl Ledger {
                 .map_or(since + 1, |(k, _)| k.value());
             for block in chain.range(start..)? {
                 let (k, v) = block?;
-                for frame in split_block(v.value()).map_err(|r| corrupt(k.value(), r))? {
-                    let (entry, _, _) = decode_entry(frame).map_err(|r| corrupt(k.value(), r))?;
+                let (_, frames) = split_block(v.value()).map_err(|r| corrupt(k.value(), r))?;
+                for frame in frames {
+                    let entry = decode_stored(frame).map_err(|r| corrupt(k.value(), r))?;
                     if entry.n <= since {
                         continue;
                     }
@@ -1084,18 +1254,18 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
 }
 
 /// Moves a format-version-2 ledger to version 3 inside `txn`: the chain's one row per entry
-/// becomes blocks of up to [`BLOCK_ENTRIES`] consecutive positions (a gap a sweep left starts a
-/// new block), and the idem_key multimap becomes [`ATTEMPT_IDEM`]. Entry bytes are copied as they
-/// are, so every hash, and the tip, stay the same. Both old tables are deleted.
+/// becomes blocks of up to 4,096 consecutive positions (a gap a sweep left starts a new block) in
+/// [`CHAIN_BLOCK_V4`], and the idem_key multimap becomes [`ATTEMPT_IDEM`]. Entry bytes are copied
+/// as they are, so every hash, and the tip, stay the same. Both old tables are deleted.
 pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
     {
         let old = txn.open_table(CHAIN_V2)?;
-        let mut blocks = txn.open_table(CHAIN_BLOCK)?;
+        let mut blocks = txn.open_table(CHAIN_BLOCK_V4)?;
         let (mut block, mut first, mut len, mut last) = (Vec::new(), 0u64, 0usize, 0u64);
         for row in old.iter()? {
             let (k, v) = row?;
             let n = k.value();
-            if len > 0 && (n != last + 1 || len == BLOCK_ENTRIES) {
+            if len > 0 && (n != last + 1 || len == V4_BLOCK_ENTRIES) {
                 blocks.insert(first, block.as_slice())?;
                 block.clear();
                 len = 0;
@@ -1125,6 +1295,104 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
         }
     }
     txn.delete_multimap_table(ATTEMPT_BY_IDEM_KEY)?;
+    Ok(())
+}
+
+/// Moves a format-version-4 chain ([`CHAIN_BLOCK_V4`]) to version 5 ([`CHAIN_BLOCK`] and
+/// [`CHAIN_TIP`]) inside `txn`, then deletes the old table. Every entry keeps its position, fields
+/// and hash, so the tip stays the same. What version 4 would have found wrong stays findable: an
+/// entry whose stored hash does not match its contents, one that cannot be decoded and a block
+/// whose framing is broken are stored with a CRC that does not match (verify names them as
+/// changed), and an entry that does not link to the one before it starts a block whose `prev` is
+/// the one it stored (verify names the broken link).
+pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
+    /// Blocks being built from version 4 entries.
+    struct Builder<'t> {
+        table: Table<'t, u64, &'static [u8]>,
+        block: Vec<u8>,
+        first: u64,
+        /// The position after the last entry taken, and the hash it linked the next to (`None`
+        /// after an entry that cannot be decoded).
+        next: u64,
+        prev: Option<Hash>,
+    }
+    impl Builder<'_> {
+        fn flush(&mut self) -> Result<()> {
+            if self.block.len() > 32 {
+                self.table.insert(self.first, self.block.as_slice())?;
+            }
+            self.block.clear();
+            Ok(())
+        }
+        /// Adds `stored` (version 5 bytes) at `n`, linked to `prev`.
+        fn push(&mut self, n: u64, prev: Hash, stored: &[u8]) -> Result<()> {
+            let cut = self.block.is_empty()
+                || n != self.next
+                || self.prev != Some(prev)
+                || self.block.len() + frame_len(stored.len()) > BLOCK_BYTES;
+            if cut {
+                self.flush()?;
+                self.first = n;
+                self.block.extend_from_slice(&prev);
+            }
+            push_frame(&mut self.block, stored);
+            self.next = n + 1;
+            Ok(())
+        }
+    }
+    /// `stored` with its last byte changed, so that its CRC does not match.
+    fn spoiled(mut stored: Vec<u8>) -> Vec<u8> {
+        if let Some(b) = stored.last_mut() {
+            *b ^= 0xff;
+        }
+        stored
+    }
+    let tip;
+    {
+        let old = txn.open_table(CHAIN_BLOCK_V4)?;
+        let mut b = Builder {
+            table: txn.open_table(CHAIN_BLOCK)?,
+            block: Vec::new(),
+            first: 0,
+            next: 0,
+            prev: Some(GENESIS),
+        };
+        for row in old.iter()? {
+            let (k, v) = row?;
+            let first = k.value();
+            let Ok(frames) = split_frames(v.value()) else {
+                let mut raw = v.value().to_vec();
+                raw.extend_from_slice(&(!crc32fast::hash(v.value())).to_le_bytes());
+                b.push(first, b.prev.unwrap_or(GENESIS), &raw)?;
+                b.prev = None;
+                continue;
+            };
+            for (i, frame) in frames.into_iter().enumerate() {
+                let n = first + i as u64;
+                match decode_v4_entry(frame) {
+                    Ok((entry, stored_hash, ok)) => {
+                        let (stored, _) = encode_entry(&entry);
+                        let stored = if ok { stored } else { spoiled(stored) };
+                        b.push(n, entry.prev, &stored)?;
+                        b.prev = Some(stored_hash);
+                    }
+                    Err(_) => {
+                        let mut raw = frame.to_vec();
+                        raw.extend_from_slice(&(!crc32fast::hash(frame)).to_le_bytes());
+                        b.push(n, b.prev.unwrap_or(GENESIS), &raw)?;
+                        b.prev = None;
+                    }
+                }
+            }
+        }
+        b.flush()?;
+        // No entry (a version 1 file, chained in version 5 already): the tip stays as it is.
+        tip = b.prev.filter(|_| b.next > 0);
+    }
+    if let Some(tip) = tip {
+        txn.open_table(CHAIN_TIP)?.insert(TIP, tip.as_slice())?;
+    }
+    txn.delete_table(CHAIN_BLOCK_V4)?;
     Ok(())
 }
 

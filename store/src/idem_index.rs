@@ -31,8 +31,15 @@ use crate::ledger::{decode, encode};
 use crate::tables::{ATTEMPT_IDEM, IDEM_RUN, IDEM_RUN_DIR};
 use crate::varint;
 
-/// A block is closed once it holds this many bytes (64 KiB, about 4,000 entries of the drill).
-pub const BLOCK_BYTES: usize = 64 * 1024;
+/// The most bytes a block holds, unless its first entry alone takes more (about 4,000 entries
+/// of the drill): a block is closed before an entry that could take it past this. Just under
+/// 64 KiB, so that a full block fills one redb page of that size with its key (a block of 64 KiB
+/// or more took a page of 128 KiB, half of it unused).
+pub const BLOCK_BYTES: usize = 64 * 1024 - 256;
+
+/// The most bytes an entry takes besides its idem_key and job_id: four length varints and the
+/// attempt number's (at most 10 bytes each and 5 for a u32).
+const ENTRY_OVERHEAD: usize = 4 * 10 + 5;
 
 /// How many runs of one tier are merged into one (and the base of the tier's logarithm).
 const FAN_IN: usize = 4;
@@ -188,7 +195,9 @@ impl RunWriter {
 
     /// Appends one entry; entries must come in key order ([`BlockEncoder`] gives the encoding).
     fn push(&mut self, blocks: &mut Table<(u64, u32), &[u8]>, idem: &[u8], job: &[u8], no: u32) -> Result<()> {
-        if self.block.bytes.len() >= BLOCK_BYTES {
+        if !self.block.bytes.is_empty()
+            && self.block.bytes.len() + idem.len() + job.len() + ENTRY_OVERHEAD > BLOCK_BYTES
+        {
             self.flush(blocks)?;
         }
         if self.block.bytes.is_empty() {
@@ -570,6 +579,43 @@ mod tests {
             assert_eq!(merges(oldest, newest), want, "{oldest} {newest}");
         }
         assert_eq!(tier(4 * 262_143), CAPPED_TIER);
+    }
+
+    #[test]
+    fn a_block_is_closed_before_an_entry_could_take_it_past_block_bytes() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        // 10,000 idem_keys that share little with their neighbours, all with one job_id: three
+        // blocks.
+        let mut keys: Vec<String> = (0..10_000u64)
+            .map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+            .collect();
+        keys.sort();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut blocks = txn.open_table(IDEM_RUN).unwrap();
+            let mut dir = txn.open_table(IDEM_RUN_DIR).unwrap();
+            let mut w = RunWriter::new(1);
+            for k in &keys {
+                w.push(&mut blocks, k.as_bytes(), b"job-000001", 1).unwrap();
+            }
+            assert_eq!(w.finish(&mut blocks, &mut dir).unwrap(), 10_000);
+            let sizes: Vec<usize> = blocks.iter().unwrap().map(|r| r.unwrap().1.value().len()).collect();
+            assert_eq!(sizes.len(), 3);
+            // Each full block is within one entry of BLOCK_BYTES and none is past it.
+            let longest = 16 + 10 + ENTRY_OVERHEAD;
+            for (i, &size) in sizes.iter().enumerate() {
+                assert!(size <= BLOCK_BYTES, "block {i}: {size}");
+                if i + 1 < sizes.len() {
+                    assert!(size + longest > BLOCK_BYTES, "block {i}: {size}");
+                }
+            }
+            for k in keys.iter().step_by(97) {
+                assert_eq!(lookup(&blocks, &dir, k).unwrap(), [("job-000001".into(), 1)]);
+            }
+        }
+        txn.commit().unwrap();
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::record::{
     StoredAttemptRef,
 };
 use crate::tables::{
-    ATTEMPT, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, COUNTER, DECISION, DECISION_CONFLICT, FORMAT_VERSION,
-    IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP, COUNTER, DECISION, DECISION_CONFLICT,
+    FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
 use crate::write_rules::{Merge, merge, without_own_ingested_at};
@@ -312,7 +312,10 @@ impl Ledger {
     /// An older file is migrated in the same transaction: a format-version-1 file (before the
     /// hash chain) has its records chained in table order ([`crate::chain`]); a version-2 file has
     /// its chain stored again in blocks (entry bytes and hashes unchanged); the idem_key index of
-    /// a version 2 or 3 file becomes one sorted run ([`crate::idem_index`]); each becomes version 4.
+    /// a version 2 or 3 file becomes one sorted run ([`crate::idem_index`]); the chain of a version
+    /// 2, 3 or 4 file is stored again without the hashes that can be computed (every hash
+    /// unchanged); each becomes version 5, and the file is compacted (redb moves its pages down and
+    /// gives the freed space back).
     ///
     /// A file that exists but cannot be written is opened read-only: every read works and every
     /// write answers [`Error::ReadOnly`].
@@ -339,7 +342,7 @@ impl Ledger {
         builder
             .set_cache_size(CACHE_BYTES)
             .set_check_integrity_on_open(check_integrity);
-        let db = match builder.create(&path) {
+        let mut db = match builder.create(&path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
             Err(e) if cannot_write(&e) && path.is_file() => return Self::open_read_only(path),
@@ -359,6 +362,7 @@ impl Ledger {
             txn.open_table(DECISION)?;
             txn.open_table(DECISION_CONFLICT)?;
             txn.open_table(CHAIN_BLOCK)?;
+            txn.open_table(CHAIN_TIP)?;
             txn.open_table(CHAIN_CHECKPOINT)?;
             txn.open_table(RETENTION_SWEEP)?;
             txn.open_table(WEEK_SNAPSHOT)?;
@@ -379,7 +383,10 @@ impl Ledger {
                     if v < 3 {
                         crate::chain::migrate_v2(&txn)?;
                     }
-                    crate::idem_index::migrate_v3(&txn)?;
+                    if v < 4 {
+                        crate::idem_index::migrate_v3(&txn)?;
+                    }
+                    crate::chain::migrate_v4(&txn)?;
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
                 }
@@ -390,6 +397,11 @@ impl Ledger {
             }
         }
         txn.commit()?;
+        if migrated_from.is_some() {
+            // A migration rewrote tables: give the freed pages back (at 10 M attempts, a 2.9 GB
+            // version 4 file is 3.5 GB migrated and 2.2 GB compacted, in 26 s).
+            db.compact().map_err(redb::Error::from)?;
+        }
         Ok(Self::with_handle(Handle::Writable(db), path, migrated_from))
     }
 

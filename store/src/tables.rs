@@ -14,7 +14,10 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// unchanged (so a tip hash kept before still matches). Version 4 keeps the idem_key index in
 /// sorted runs ([`IDEM_RUN`], [`IDEM_RUN_DIR`], see [`crate::idem_index`]) instead of a B-tree
 /// with one insert per attempt; a version 3 file's index becomes one run when it is opened.
-pub const FORMAT_VERSION: u64 = 4;
+/// Version 5 stores each chain entry without its `prev` and its own hash, which are computed when
+/// read, and with a CRC-32 instead ([`CHAIN_BLOCK`], [`CHAIN_TIP`]): 59 bytes less an attempt. A
+/// version 4 file's chain is rewritten when it is opened, every hash unchanged.
+pub const FORMAT_VERSION: u64 = 5;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -45,13 +48,21 @@ pub const COUNTER: TableDefinition<&str, u64> = TableDefinition::new("counter");
 pub const DECISION: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("decision");
 /// Conflicting decision records, in arrival order (key: arrival number from 1).
 pub const DECISION_CONFLICT: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_conflict");
-/// The hash chain (see [`crate::chain`]) in blocks: the position of a block's first entry → its
-/// entries at consecutive positions, each framed as a LEB128 length and the entry's stored bytes
-/// (the postcard-encoded [`crate::chain::ChainEntry`] followed by its SHA-256, 32 bytes). One
-/// block per write transaction, at most [`crate::chain::BLOCK_ENTRIES`] entries. Format version 3.
-pub const CHAIN_BLOCK: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_block");
+/// The hash chain (see [`crate::chain`]) in blocks: the position of a block's first entry → the
+/// `prev` of that entry (32 bytes), then its entries at consecutive positions, each framed as a
+/// LEB128 length and the entry's stored bytes (the postcard-encoded [`crate::chain::ChainEntry`]
+/// without its `prev`, followed by the CRC-32 of that encoding, 4 bytes). At most
+/// [`crate::chain::BLOCK_BYTES`] a block. Format version 5.
+pub const CHAIN_BLOCK: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_block_v5");
+/// The hash of the chain's last entry, its tip, under the key `tip`: what the next entry links to.
+/// Format version 5.
+pub const CHAIN_TIP: TableDefinition<&str, &[u8]> = TableDefinition::new("chain_tip");
+/// The hash chain of format versions 3 and 4 in blocks: the position of a block's first entry → its
+/// entries, each framed as a LEB128 length and the postcard-encoded [`crate::chain::ChainEntry`]
+/// followed by its SHA-256; read only to migrate it into [`CHAIN_BLOCK`], then deleted.
+pub const CHAIN_BLOCK_V4: TableDefinition<u64, &[u8]> = TableDefinition::new("chain_block");
 /// The hash chain of format version 2, one row per entry (position → stored entry bytes); read
-/// only to migrate it into [`CHAIN_BLOCK`], then deleted.
+/// only to migrate it into [`CHAIN_BLOCK_V4`], then deleted.
 pub const CHAIN_V2: TableDefinition<u64, &[u8]> = TableDefinition::new("chain");
 /// Checkpoints a retention sweep left where it removed a run of chain entries, keyed by the run's
 /// first position; never removed (see [`crate::chain::Checkpoint`]).

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use laneledger_store::chain::{BLOCK_ENTRIES, Problem, RecordKey, join_block, split_block};
+use laneledger_store::chain::{BLOCK_BYTES, Problem, RecordKey, encode_v4_entry, join_block, split_block};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
 use laneledger_store::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::tables::{
-    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_V2, DECISION,
-    DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT,
+    CHAIN_TIP, CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -151,51 +151,62 @@ fn put(ledger: &Ledger, key: &RecordKey, value: Option<&[u8]>) {
     txn.commit().unwrap();
 }
 
-/// The block holding position `n`: (its key, its entries' stored bytes).
-fn block_of(ledger: &Ledger, n: u64) -> (u64, Vec<Vec<u8>>) {
+/// The block holding position `n`: (its key, its stored `prev`, its entries' stored bytes).
+fn block_of(ledger: &Ledger, n: u64) -> (u64, [u8; 32], Vec<Vec<u8>>) {
     let txn = ledger.database().begin_read().unwrap();
     let t = txn.open_table(CHAIN_BLOCK).unwrap();
     let (k, v) = t.range(..=n).unwrap().next_back().unwrap().unwrap();
-    let frames = split_block(v.value())
-        .unwrap()
-        .into_iter()
-        .map(<[u8]>::to_vec)
-        .collect();
-    (k.value(), frames)
+    let (prev, frames) = split_block(v.value()).unwrap();
+    (k.value(), prev, frames.into_iter().map(<[u8]>::to_vec).collect())
 }
 
 fn chain_get(ledger: &Ledger, n: u64) -> Vec<u8> {
-    let (first, frames) = block_of(ledger, n);
+    let (first, _, frames) = block_of(ledger, n);
     frames[(n - first) as usize].clone()
 }
 
-/// Replaces the entry stored at position `n`, or removes it (its block is cut in two around it).
+/// Replaces the entry stored at position `n`, or removes it (its block is cut in two around it,
+/// both pieces keeping the block's `prev`).
 fn chain_put(ledger: &Ledger, n: u64, value: Option<&[u8]>) {
-    let (first, mut frames) = block_of(ledger, n);
+    let (first, prev, mut frames) = block_of(ledger, n);
     let i = (n - first) as usize;
     let txn = ledger.database().begin_write().unwrap();
     {
         let mut t = txn.open_table(CHAIN_BLOCK).unwrap();
+        let join = |frames: &[Vec<u8>]| join_block(&prev, frames.iter().map(Vec::as_slice));
         match value {
             Some(v) => {
                 frames[i] = v.to_vec();
-                t.insert(first, join_block(frames.iter().map(Vec::as_slice)).as_slice())
-                    .unwrap();
+                t.insert(first, join(&frames).as_slice()).unwrap();
             }
             None => {
                 t.remove(first).unwrap();
                 if i > 0 {
-                    t.insert(first, join_block(frames[..i].iter().map(Vec::as_slice)).as_slice())
-                        .unwrap();
+                    t.insert(first, join(&frames[..i]).as_slice()).unwrap();
                 }
                 if i + 1 < frames.len() {
-                    t.insert(n + 1, join_block(frames[i + 1..].iter().map(Vec::as_slice)).as_slice())
-                        .unwrap();
+                    t.insert(n + 1, join(&frames[i + 1..]).as_slice()).unwrap();
                 }
             }
         }
     }
     txn.commit().unwrap();
+}
+
+/// Each stored block: (its first position, its last).
+fn blocks(ledger: &Ledger) -> Vec<(u64, u64)> {
+    let txn = ledger.database().begin_read().unwrap();
+    let t = txn.open_table(CHAIN_BLOCK).unwrap();
+    t.iter()
+        .unwrap()
+        .map(|r| {
+            let (k, v) = r.unwrap();
+            (
+                k.value(),
+                k.value() + split_block(v.value()).unwrap().1.len() as u64 - 1,
+            )
+        })
+        .collect()
 }
 
 /// What verify must name: (table, key, seq, the problems allowed).
@@ -222,7 +233,7 @@ fn tamper_all(clean: &Path, trials: usize, seed: u64) -> usize {
         let path = dir.path().join(format!("t{trial}.redb"));
         std::fs::copy(clean, &path).unwrap();
         let l = Ledger::open(&path).unwrap();
-        let kind = pick(7);
+        let kind = pick(10);
         let expected: Expected = match kind {
             // A record's bytes changed (one byte flipped).
             0 => {
@@ -310,6 +321,61 @@ fn tamper_all(clean: &Path, trials: usize, seed: u64) -> usize {
                 chain_put(&l, b, Some(&va));
                 ("chain", format!("n={a}"), Some(a), vec![Problem::EntryMoved])
             }
+            // A block's stored `prev` changed.
+            7 => {
+                let chain = blocks(&l);
+                let (first, _) = chain[pick(chain.len())];
+                let (_, mut prev, frames) = block_of(&l, first);
+                prev[pick(32)] ^= 1 + pick(255) as u8;
+                let txn = l.database().begin_write().unwrap();
+                txn.open_table(CHAIN_BLOCK)
+                    .unwrap()
+                    .insert(first, join_block(&prev, frames.iter().map(Vec::as_slice)).as_slice())
+                    .unwrap();
+                txn.commit().unwrap();
+                ("chain", format!("n={first}"), Some(first), vec![Problem::BrokenLink])
+            }
+            // The stored tip changed.
+            8 => {
+                let last = *positions.last().unwrap();
+                let txn = l.database().begin_write().unwrap();
+                {
+                    let mut t = txn.open_table(CHAIN_TIP).unwrap();
+                    let mut tip = t.get("tip").unwrap().unwrap().value().to_vec();
+                    tip[pick(32)] ^= 1 + pick(255) as u8;
+                    t.insert("tip", tip.as_slice()).unwrap();
+                }
+                txn.commit().unwrap();
+                ("chain", format!("n={last}"), Some(last), vec![Problem::TipChanged])
+            }
+            // A chain entry changed together with its CRC: the record hash's last byte, so that the
+            // record no longer matches either; the walk finds the hashes after it changed where the
+            // next block (or the checkpoint standing for the run after it) links, or at the tip.
+            9 => {
+                let n = positions[pick(positions.len())];
+                let mut v = chain_get(&l, n);
+                let body = v.len() - 4;
+                v[body - 1] ^= 1 + pick(255) as u8;
+                let crc = crc32fast::hash(&v[..body]);
+                v[body..].copy_from_slice(&crc.to_le_bytes());
+                chain_put(&l, n, Some(&v));
+                let last = *positions.last().unwrap();
+                let (_, end) = blocks(&l).into_iter().find(|&(a, b)| a <= n && n <= b).unwrap();
+                let key = &entries.iter().find(|e| e.n == n).unwrap().key;
+                if let RecordKey::Checkpoint(_) = key {
+                    // A checkpoint the walk relies on is checked against its entry first.
+                    (key.table(), key.to_string(), Some(n), vec![Problem::RecordChanged])
+                } else if end == last {
+                    ("chain", format!("n={last}"), Some(last), vec![Problem::TipChanged])
+                } else {
+                    (
+                        "chain",
+                        format!("n={}", end + 1),
+                        Some(end + 1),
+                        vec![Problem::BrokenLink, Problem::EntryMissing],
+                    )
+                }
+            }
             // A record added under a new key (a copy of another attempt's bytes).
             _ => {
                 let src = keys.iter().find(|k| matches!(k, RecordKey::Attempt { .. })).unwrap();
@@ -394,6 +460,7 @@ fn a_format_1_ledger_is_chained_when_opened() {
         let l = build(&path);
         let txn = l.database().begin_write().unwrap();
         txn.delete_table(CHAIN_BLOCK).unwrap();
+        txn.delete_table(CHAIN_TIP).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
         txn.open_table(COUNTER).unwrap().remove("chain_entries").unwrap();
         txn.commit().unwrap();
@@ -418,10 +485,53 @@ fn format_version(ledger: &Ledger) -> u64 {
         .value()
 }
 
-/// Rewrites a ledger of the current format as version 3 wrote it: the idem_key index as one
-/// B-tree key per attempt instead of sorted runs.
+/// Rewrites a ledger of the current format as version 4 wrote it: every chain entry stored whole
+/// with its own SHA-256, in blocks of up to 4,096 consecutive positions without a stored `prev`,
+/// and no tip row.
+fn downgrade_to_v4(ledger: &Ledger) {
+    use laneledger_store::tables::META;
+    let entries = ledger.chain_entries().unwrap();
+    let txn = ledger.database().begin_write().unwrap();
+    {
+        let mut v4 = txn.open_table(CHAIN_BLOCK_V4).unwrap();
+        let (mut block, mut first, mut len) = (Vec::new(), 0u64, 0usize);
+        for (i, e) in entries.iter().enumerate() {
+            if len > 0 && (e.n != entries[i - 1].n + 1 || len == 4096) {
+                v4.insert(first, block.as_slice()).unwrap();
+                (block, len) = (Vec::new(), 0);
+            }
+            if len == 0 {
+                first = e.n;
+            }
+            let stored = encode_v4_entry(e);
+            leb128(&mut block, stored.len());
+            block.extend_from_slice(&stored);
+            len += 1;
+        }
+        if len > 0 {
+            v4.insert(first, block.as_slice()).unwrap();
+        }
+    }
+    txn.delete_table(CHAIN_BLOCK).unwrap();
+    txn.delete_table(CHAIN_TIP).unwrap();
+    txn.open_table(META).unwrap().insert("format_version", 4).unwrap();
+    txn.commit().unwrap();
+}
+
+/// Appends `n` as LEB128.
+fn leb128(out: &mut Vec<u8>, mut n: usize) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Rewrites a ledger of the current format as version 3 wrote it: the chain as version 4 stores it,
+/// the idem_key index as one B-tree key per attempt instead of sorted runs.
 fn downgrade_to_v3(ledger: &Ledger) {
     use laneledger_store::tables::{IDEM_RUN, IDEM_RUN_DIR, META};
+    downgrade_to_v4(ledger);
     let entries = ledger.idem_index_entries().unwrap();
     let txn = ledger.database().begin_write().unwrap();
     {
@@ -441,16 +551,13 @@ fn downgrade_to_v3(ledger: &Ledger) {
 /// idem_key index as a multimap.
 fn downgrade_to_v2(ledger: &Ledger) {
     use laneledger_store::tables::META;
+    let chain = ledger.chain_entries().unwrap();
     downgrade_to_v3(ledger);
     let txn = ledger.database().begin_write().unwrap();
     {
-        let blocks = txn.open_table(CHAIN_BLOCK).unwrap();
         let mut rows = txn.open_table(CHAIN_V2).unwrap();
-        for block in blocks.iter().unwrap() {
-            let (k, v) = block.unwrap();
-            for (i, frame) in split_block(v.value()).unwrap().into_iter().enumerate() {
-                rows.insert(k.value() + i as u64, frame).unwrap();
-            }
+        for e in &chain {
+            rows.insert(e.n, encode_v4_entry(e).as_slice()).unwrap();
         }
         let idem = txn.open_table(ATTEMPT_IDEM).unwrap();
         let mut multimap = txn.open_multimap_table(ATTEMPT_BY_IDEM_KEY).unwrap();
@@ -460,7 +567,7 @@ fn downgrade_to_v2(ledger: &Ledger) {
             multimap.insert(idem_key, (job_id, attempt_no)).unwrap();
         }
     }
-    txn.delete_table(CHAIN_BLOCK).unwrap();
+    txn.delete_table(CHAIN_BLOCK_V4).unwrap();
     txn.delete_table(ATTEMPT_IDEM).unwrap();
     txn.open_table(META).unwrap().insert("format_version", 2).unwrap();
     txn.commit().unwrap();
@@ -573,6 +680,105 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
 }
 
 #[test]
+fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain() {
+    use laneledger_store::tables::FORMAT_VERSION;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.redb");
+    let (entries, report, bytes) = {
+        let l = build(&path);
+        sweep(&l);
+        let report = l.verify().unwrap();
+        assert!(report.is_clean() && report.checkpoints > 0, "{report:?}");
+        let bytes: usize = {
+            let txn = l.database().begin_read().unwrap();
+            let t = txn.open_table(CHAIN_BLOCK).unwrap();
+            t.iter().unwrap().map(|r| r.unwrap().1.value().len() - 32).sum()
+        };
+        (l.chain_entries().unwrap(), report, bytes)
+    };
+    let tampered = dir.path().join("v4-tampered.redb");
+    downgrade_to_v4(&Ledger::open(&path).unwrap());
+    std::fs::copy(&path, &tampered).unwrap();
+    let v4_len = std::fs::metadata(&path).unwrap().len();
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (4, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    {
+        let l = Ledger::open(&path).unwrap();
+        assert_eq!(l.migrated_from(), Some(4));
+        assert_eq!(format_version(&l), FORMAT_VERSION);
+        // Compacted once migrated: the rewritten chain's old pages are given back.
+        let v5_len = std::fs::metadata(&path).unwrap().len();
+        assert!(v5_len < v4_len, "{v5_len} against {v4_len}");
+        let txn = l.database().begin_read().unwrap();
+        let tables: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|t| redb::TableHandle::name(&t).to_string())
+            .collect();
+        assert!(!tables.contains(&"chain_block".to_string()), "{tables:?}");
+        let after: usize = txn
+            .open_table(CHAIN_BLOCK)
+            .unwrap()
+            .iter()
+            .unwrap()
+            .map(|r| r.unwrap().1.value().len() - 32)
+            .sum();
+        // The entries are stored as they were written (the blocks' `prev`s aside: the migration
+        // cuts blocks only at the sweep's gaps and at BLOCK_BYTES, not at each write).
+        assert_eq!(bytes, after);
+        drop(txn);
+        assert_eq!(l.chain_entries().unwrap(), entries);
+        let again = l.verify().unwrap();
+        assert_eq!(
+            (
+                again.tip,
+                again.entries,
+                again.records,
+                again.checkpoints,
+                again.first_bad
+            ),
+            (report.tip, report.entries, report.records, report.checkpoints, None)
+        );
+    }
+    // An entry changed in the version 4 file is still named once it has been migrated.
+    let n = entries[entries.len() / 2].n;
+    {
+        let db = redb::Database::open(&tampered).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(CHAIN_BLOCK_V4).unwrap();
+            let (first, mut block) = {
+                let (k, v) = t.range(..=n).unwrap().next_back().unwrap().unwrap();
+                (k.value(), v.value().to_vec())
+            };
+            // Walk the frames (one-byte lengths: entries are shorter than 128 bytes) to entry n.
+            let mut at = 0;
+            for _ in first..n {
+                at += 1 + block[at] as usize;
+            }
+            block[at + 3] ^= 0x01;
+            t.insert(first, block.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let l = Ledger::open(&tampered).unwrap();
+    assert_eq!(l.migrated_from(), Some(4));
+    let bad = l.verify().unwrap().first_bad.unwrap();
+    assert_eq!(
+        (bad.table, bad.key.clone(), bad.seq),
+        ("chain", format!("n={n}"), Some(n))
+    );
+    assert!(
+        [Problem::EntryChanged, Problem::EntryUnreadable].contains(&bad.problem),
+        "{bad}"
+    );
+}
+
+#[test]
 fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
     use laneledger_store::tables::{FORMAT_VERSION, IDEM_RUN_DIR};
     let dir = tempfile::tempdir().unwrap();
@@ -620,48 +826,83 @@ fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
 }
 
 #[test]
-fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_4096() {
+fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_block_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let l = Ledger::open(dir.path().join("l.redb")).unwrap();
-    let lines: String = (0..10_000)
+    let lines: String = (0..20_000)
         .map(|i| {
             format!(
                 r#"{{"job_id":"j{i:05}","idem_key":"k{i:05}","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}}"#
             ) + "\n"
         })
         .collect();
-    ingest_reader(&l, "a.ndjson", lines.as_bytes(), InputFormat::Ndjson, 10_000, |_| {}).unwrap();
+    ingest_reader(&l, "a.ndjson", lines.as_bytes(), InputFormat::Ndjson, 20_000, |_| {}).unwrap();
     let txn = l.database().begin_read().unwrap();
     let t = txn.open_table(CHAIN_BLOCK).unwrap();
-    let blocks: Vec<(u64, usize)> = t
+    let blocks: Vec<(u64, usize, usize)> = t
         .iter()
         .unwrap()
         .map(|r| {
             let (k, v) = r.unwrap();
-            (k.value(), split_block(v.value()).unwrap().len())
+            (k.value(), split_block(v.value()).unwrap().1.len(), v.value().len())
         })
         .collect();
-    assert_eq!(BLOCK_ENTRIES, 4096);
-    assert_eq!(blocks, vec![(1, 4096), (4097, 4096), (8193, 1808)]);
+    assert_eq!(BLOCK_BYTES, 523_264);
+    // An entry of j00000..j19999 takes 50 bytes stored and framed, one less for n below 128 and
+    // one more from 16,384 on (n is a varint): a block is cut before the entry that would take it
+    // past BLOCK_BYTES.
+    let entry = |n: u64| {
+        if n < 128 {
+            49
+        } else if n < 16_384 {
+            50
+        } else {
+            51
+        }
+    };
+    let mut expected = Vec::new();
+    let (mut first, mut len, mut bytes) = (1u64, 0usize, 32usize);
+    for n in 1..=20_000u64 {
+        if bytes + entry(n) > BLOCK_BYTES {
+            expected.push((first, len, bytes));
+            (first, len, bytes) = (n, 0, 32);
+        }
+        len += 1;
+        bytes += entry(n);
+    }
+    expected.push((first, len, bytes));
+    assert_eq!(blocks, expected);
+    assert_eq!(blocks.iter().map(|b| b.0).collect::<Vec<_>>(), vec![1, 10_468]);
     drop((t, txn));
     let r = l.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.first_bad);
-    assert_eq!((r.entries, r.records), (10_000, 10_000));
+    assert_eq!((r.entries, r.records), (20_000, 20_000));
     assert_eq!(l.attempts_by_idem_key("k00042").unwrap()[0].attempt.job_id, "j00042");
 }
 
 #[test]
-fn a_block_splits_into_its_frames_and_a_bad_frame_is_named() {
+fn a_block_splits_into_its_prev_and_frames_and_a_bad_frame_is_named() {
     let entries: [&[u8]; 3] = [b"a", &[7u8; 200], b""];
-    let block = join_block(entries);
-    assert_eq!(&block[..4], &[1, b'a', 0xc8, 0x01], "a length is LEB128: 200 is c8 01");
-    assert_eq!(split_block(&block).unwrap(), entries.to_vec());
+    let prev = [9u8; 32];
+    let block = join_block(&prev, entries);
+    assert_eq!(&block[..32], &prev);
     assert_eq!(
-        split_block(&[1, b'a', 5, b'x']),
+        &block[32..36],
+        &[1, b'a', 0xc8, 0x01],
+        "a length is LEB128: 200 is c8 01"
+    );
+    assert_eq!(split_block(&block).unwrap(), (prev, entries.to_vec()));
+    let with_prev = |frames: &[u8]| [&prev[..], frames].concat();
+    assert_eq!(
+        split_block(&with_prev(&[1, b'a', 5, b'x'])),
         Err("frame 2 runs 5 bytes past the block's end".to_string())
     );
     assert_eq!(
-        split_block(&[0x80]),
+        split_block(&with_prev(&[0x80])),
         Err("frame 1's length: a varint is cut at byte 1".to_string())
+    );
+    assert_eq!(
+        split_block(&[0; 31]),
+        Err("31 bytes, shorter than the block's prev hash".to_string())
     );
 }
