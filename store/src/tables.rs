@@ -15,7 +15,7 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// sorted runs ([`IDEM_RUN`], [`IDEM_RUN_DIR`], see [`crate::idem_index`]) instead of a B-tree
 /// with one insert per attempt; a version 3 file's index becomes one run when it is opened.
 /// Version 5 stores each chain entry without its `prev` and its own hash, which are computed when
-/// read, and with a CRC-32 instead ([`CHAIN_BLOCK`], [`CHAIN_TIP`]): 59 bytes less an attempt. A
+/// read, and with a CRC-32 instead ([`CHAIN_BLOCK`], [`CHAIN_TIP`]): 60 bytes less an entry. A
 /// version 4 file's chain is rewritten when it is opened, every hash unchanged.
 pub const FORMAT_VERSION: u64 = 5;
 
