@@ -1427,3 +1427,42 @@ pub enum AttemptChanges {
     /// is unknown to this ledger, or too many changed.
     Rescan,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_hashes_as_format_4_did_and_its_crc_and_prev_are_found_again() {
+        let entry = ChainEntry {
+            n: 300,
+            kind: EntryKind::Update,
+            key: RecordKey::Attempt {
+                job_id: "job-1".into(),
+                attempt_no: 2,
+            },
+            record: [7; 32],
+            prev: [9; 32],
+        };
+        let v4 = encode_v4_entry(&entry);
+        let (stored, hash) = encode_entry(&entry);
+        // Version 4 stored the whole encoding and its SHA-256; version 5 the encoding without
+        // `prev` and a CRC-32. The encodings differ only by `prev` at the end, so the hash is one.
+        let (v4_body, v4_hash) = v4.split_at(v4.len() - 32);
+        let (body, crc) = stored.split_at(stored.len() - 4);
+        assert_eq!(v4_body, [body, &[9; 32][..]].concat());
+        assert_eq!(hash, *<&Hash>::try_from(v4_hash).unwrap());
+        assert_eq!(crc, crc32fast::hash(body).to_le_bytes());
+        // variant, n = 300 (ac 02), kind Update, key Attempt, "job-1", attempt_no 2, record.
+        assert_eq!(&body[..11], &[0, 0xac, 0x02, 1, 0, 5, b'j', b'o', b'b', b'-', b'1']);
+        assert_eq!(body.len(), 11 + 1 + 32);
+        assert_eq!(decode_entry(&stored, &[9; 32]), Ok((entry.clone(), hash, true)));
+        assert_eq!(decode_v4_entry(&v4), Ok((entry, hash, true)));
+        let mut changed = stored.clone();
+        changed[12] ^= 1;
+        assert!(
+            !decode_entry(&changed, &[9; 32]).unwrap().2,
+            "the CRC finds a changed byte"
+        );
+    }
+}
