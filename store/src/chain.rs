@@ -362,10 +362,13 @@ fn decode_v4_entry(stored: &[u8]) -> DecodedEntry {
     }
 }
 
+/// One entry of a block: its position, its stored bytes and what they decode to.
+type BlockEntry<'a> = (u64, &'a [u8], DecodedEntry);
+
 /// Each entry of a stored block with its hash, the hashes chained from the block's stored `prev`:
-/// `(position, decoded entry)`. A frame that cannot be decoded leaves the next entry's `prev` as
-/// it was. Errors: the text of a bad block (see [`split_block`]).
-fn block_entries(first: u64, block: &[u8]) -> std::result::Result<Vec<(u64, DecodedEntry)>, String> {
+/// `(position, stored bytes, decoded entry)`. A frame that cannot be decoded leaves the next
+/// entry's `prev` as it was. Errors: the text of a bad block (see [`split_block`]).
+fn block_entries(first: u64, block: &[u8]) -> std::result::Result<Vec<BlockEntry<'_>>, String> {
     let (mut prev, frames) = split_block(block)?;
     Ok(frames
         .into_iter()
@@ -375,7 +378,7 @@ fn block_entries(first: u64, block: &[u8]) -> std::result::Result<Vec<(u64, Deco
             if let Ok((_, hash, _)) = &decoded {
                 prev = *hash;
             }
-            (first + i as u64, decoded)
+            (first + i as u64, frame, decoded)
         })
         .collect())
 }
@@ -442,7 +445,7 @@ impl<'txn> ChainWriter<'txn> {
                     // Without a tip row, the last block's hashes are computed from its `prev`.
                     let tip = stored_tip.unwrap_or_else(|| match block_entries(k.value(), v.value()) {
                         Ok(entries) => match entries.last() {
-                            Some((_, Ok((_, hash, _)))) => *hash,
+                            Some((_, _, Ok((_, hash, _)))) => *hash,
                             _ => GENESIS,
                         },
                         Err(_) => GENESIS,
@@ -522,10 +525,9 @@ impl<'txn> ChainWriter<'txn> {
                 position: first,
                 reason,
             })?;
-            let (_, frames) = split_block(v.value()).expect("split above");
             let mut kept = Vec::new();
             let mut lost = false;
-            for ((n, decoded), frame) in entries.into_iter().zip(frames) {
+            for (n, frame, decoded) in entries {
                 let (entry, hash, ok) = decoded.map_err(|reason| Error::ChainBroken { position: n, reason })?;
                 if !removed(&entry.key) {
                     open = false;
@@ -908,7 +910,7 @@ impl Ledger {
             let first = k.value();
             match block_entries(first, v.value()) {
                 Ok(entries) => {
-                    for (n, decoded) in entries {
+                    for (n, _, decoded) in entries {
                         let bad = step(n, decoded, walk_bad.is_none());
                         walk_bad = walk_bad.or(bad);
                     }
@@ -1104,7 +1106,7 @@ impl Ledger {
                 key: n.to_string(),
                 reason,
             };
-            for (n, decoded) in block_entries(k.value(), v.value()).map_err(|r| corrupt(k.value(), r))? {
+            for (n, _, decoded) in block_entries(k.value(), v.value()).map_err(|r| corrupt(k.value(), r))? {
                 let (entry, _, _) = decoded.map_err(|r| corrupt(n, r))?;
                 out.push(entry);
             }

@@ -573,6 +573,22 @@ fn downgrade_to_v2(ledger: &Ledger) {
     txn.commit().unwrap();
 }
 
+/// The names of the ledger's tables (not multimaps).
+fn table_names(ledger: &Ledger) -> Vec<String> {
+    let txn = ledger.database().begin_read().unwrap();
+    txn.list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_string())
+        .collect()
+}
+
+/// The bytes the chain's entries take in their blocks, each block's stored `prev` left out.
+fn chain_frame_bytes(ledger: &Ledger) -> usize {
+    let txn = ledger.database().begin_read().unwrap();
+    let t = txn.open_table(CHAIN_BLOCK).unwrap();
+    t.iter().unwrap().map(|r| r.unwrap().1.value().len() - 32).sum()
+}
+
 /// The idem_key index entries the attempt rows call for: (idem_key, job_id, attempt_no) of each
 /// row, in order.
 fn index_of_rows(ledger: &Ledger) -> Vec<(String, String, u32)> {
@@ -649,13 +665,9 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
     let l = Ledger::open(&path).unwrap();
     assert_eq!(l.migrated_from(), None, "migrated once");
     assert_eq!(format_version(&l), FORMAT_VERSION);
-    let txn = l.database().begin_read().unwrap();
-    let tables: Vec<String> = txn
-        .list_tables()
-        .unwrap()
-        .map(|t| redb::TableHandle::name(&t).to_string())
-        .collect();
+    let tables = table_names(&l);
     assert!(!tables.contains(&"chain".to_string()), "{tables:?}");
+    let txn = l.database().begin_read().unwrap();
     assert_eq!(txn.list_multimap_tables().unwrap().count(), 0);
     drop(txn);
     assert_eq!(l.chain_entries().unwrap(), entries);
@@ -689,12 +701,7 @@ fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain
         sweep(&l);
         let report = l.verify().unwrap();
         assert!(report.is_clean() && report.checkpoints > 0, "{report:?}");
-        let bytes: usize = {
-            let txn = l.database().begin_read().unwrap();
-            let t = txn.open_table(CHAIN_BLOCK).unwrap();
-            t.iter().unwrap().map(|r| r.unwrap().1.value().len() - 32).sum()
-        };
-        (l.chain_entries().unwrap(), report, bytes)
+        (l.chain_entries().unwrap(), report, chain_frame_bytes(&l))
     };
     let tampered = dir.path().join("v4-tampered.redb");
     downgrade_to_v4(&Ledger::open(&path).unwrap());
@@ -713,24 +720,12 @@ fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain
         // Compacted once migrated: the rewritten chain's old pages are given back.
         let v5_len = std::fs::metadata(&path).unwrap().len();
         assert!(v5_len < v4_len, "{v5_len} against {v4_len}");
-        let txn = l.database().begin_read().unwrap();
-        let tables: Vec<String> = txn
-            .list_tables()
-            .unwrap()
-            .map(|t| redb::TableHandle::name(&t).to_string())
-            .collect();
+        let tables = table_names(&l);
         assert!(!tables.contains(&"chain_block".to_string()), "{tables:?}");
-        let after: usize = txn
-            .open_table(CHAIN_BLOCK)
-            .unwrap()
-            .iter()
-            .unwrap()
-            .map(|r| r.unwrap().1.value().len() - 32)
-            .sum();
+        let after = chain_frame_bytes(&l);
         // The entries are stored as they were written (the blocks' `prev`s aside: the migration
         // cuts blocks only at the sweep's gaps and at BLOCK_BYTES, not at each write).
         assert_eq!(bytes, after);
-        drop(txn);
         assert_eq!(l.chain_entries().unwrap(), entries);
         let again = l.verify().unwrap();
         assert_eq!(
@@ -806,13 +801,9 @@ fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
     let l = Ledger::open(&path).unwrap();
     assert_eq!(l.migrated_from(), Some(3));
     assert_eq!(format_version(&l), FORMAT_VERSION);
-    let txn = l.database().begin_read().unwrap();
-    let tables: Vec<String> = txn
-        .list_tables()
-        .unwrap()
-        .map(|t| redb::TableHandle::name(&t).to_string())
-        .collect();
+    let tables = table_names(&l);
     assert!(!tables.contains(&"attempt_idem".to_string()), "{tables:?}");
+    let txn = l.database().begin_read().unwrap();
     assert_eq!(txn.open_table(IDEM_RUN_DIR).unwrap().len().unwrap(), 1, "one run");
     drop(txn);
     assert_eq!(l.idem_index_entries().unwrap(), entries);
