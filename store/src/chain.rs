@@ -1318,9 +1318,9 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
         table: Table<'t, u64, &'static [u8]>,
         block: Vec<u8>,
         first: u64,
-        /// The position after the last entry taken, and the hash it linked the next to (`None`
-        /// after an entry that cannot be decoded).
+        /// The position after the last entry taken.
         next: u64,
+        /// The hash version 4 linked the next entry to (`None` after one that cannot be decoded).
         prev: Option<Hash>,
     }
     impl Builder<'_> {
@@ -1354,6 +1354,10 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
         }
         stored
     }
+    /// Version 4 bytes that cannot be decoded, stored with a CRC that does not match them.
+    fn unreadable(bytes: &[u8]) -> Vec<u8> {
+        [bytes, &(!crc32fast::hash(bytes)).to_le_bytes()].concat()
+    }
     let tip;
     {
         let old = txn.open_table(CHAIN_BLOCK_V4)?;
@@ -1368,9 +1372,7 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
             let (k, v) = row?;
             let first = k.value();
             let Ok(frames) = split_frames(v.value()) else {
-                let mut raw = v.value().to_vec();
-                raw.extend_from_slice(&(!crc32fast::hash(v.value())).to_le_bytes());
-                b.push(first, b.prev.unwrap_or(GENESIS), &raw)?;
+                b.push(first, b.prev.unwrap_or(GENESIS), &unreadable(v.value()))?;
                 b.prev = None;
                 continue;
             };
@@ -1384,9 +1386,7 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
                         b.prev = Some(stored_hash);
                     }
                     Err(_) => {
-                        let mut raw = frame.to_vec();
-                        raw.extend_from_slice(&(!crc32fast::hash(frame)).to_le_bytes());
-                        b.push(n, b.prev.unwrap_or(GENESIS), &raw)?;
+                        b.push(n, b.prev.unwrap_or(GENESIS), &unreadable(frame))?;
                         b.prev = None;
                     }
                 }
