@@ -63,6 +63,10 @@ pub enum RunHeaderRecord {
 /// An index entry: (idem_key, job_id, attempt_no).
 pub type IdemEntry = (String, String, u32);
 
+/// An index entry as stored bytes, (idem_key, job_id, attempt_no): it compares as the index
+/// orders its entries.
+type Entry = (Vec<u8>, Vec<u8>, u32);
+
 /// Runs of this tier or above (at least 4⁹ = 262,144 entries) are never merged again, so no merge
 /// makes a run of more than 4¹⁰ − 4 = 1,048,572 entries (one commit's own run can be larger) and
 /// an entry is rewritten at most three times after its commit (from a 10,000-attempt commit:
@@ -442,8 +446,12 @@ impl<'txn> IdemIndex<'txn> {
     }
 
     /// Replaces the runs `numbers` (oldest first) by one run of all their entries, numbered after
-    /// the newest run. The inputs are read a block at a time.
+    /// the newest run: by [`IdemIndex::concatenate`] when their key ranges do not overlap, else
+    /// entry by entry, the inputs read a block at a time.
     fn merge(&mut self, numbers: &[u64]) -> Result<()> {
+        if self.concatenate(numbers)? {
+            return Ok(());
+        }
         let mut inputs = Vec::with_capacity(numbers.len());
         for &run in numbers {
             inputs.push(Cursor::open(&self.blocks, run)?);
@@ -476,6 +484,105 @@ impl<'txn> IdemIndex<'txn> {
             self.remove_run(run)?;
         }
         Ok(())
+    }
+
+    /// The first and the last entry of run `run`, whose header lists `blocks` blocks (`None` when
+    /// no block holds an entry): two blocks decoded, the first and the last that hold entries.
+    fn bounds(&self, run: u64, blocks: u32) -> Result<Option<(Entry, Entry)>> {
+        let mut d = Decoded::default();
+        let mut edge = |order: &mut dyn Iterator<Item = u32>, last: bool| -> Result<Option<Entry>> {
+            for b in order {
+                d.bytes.clear();
+                d.rows.clear();
+                if let Some(v) = self.blocks.get((run, b))? {
+                    d.add_block(v.value(), None).map_err(|reason| corrupt(run, b, reason))?;
+                }
+                if d.len() > 0 {
+                    let (k, j, no) = d.get(if last { d.len() - 1 } else { 0 });
+                    return Ok(Some((k.to_vec(), j.to_vec(), no)));
+                }
+            }
+            Ok(None)
+        };
+        let Some(first) = edge(&mut (0..blocks), false)? else {
+            return Ok(None);
+        };
+        let last = edge(&mut (0..blocks).rev(), true)?.expect("a run with a first entry has a last");
+        Ok(Some((first, last)))
+    }
+
+    /// Merges the runs `numbers` by copying their blocks, unchanged, into one new run in key order,
+    /// when no two of them overlap: the merge of time-ordered ids (a router's job counter, ULIDs,
+    /// UUIDv7), each commit's keys above the commit's before, costs a block copy instead of
+    /// decoding and encoding every entry (RocksDB calls this a trivial move). Each block decodes on
+    /// its own, so a copy is a valid block of the new run; its fence is its first idem_key, read
+    /// again (after a retention sweep, an old fence may sit below the block's keys). Returns
+    /// `false`, having written nothing, when two runs overlap or share an entry.
+    ///
+    /// The cost on overlapping runs (random ids) is one comparison of fences, which rules out
+    /// almost every such merge, and otherwise two block decodes a run.
+    fn concatenate(&mut self, numbers: &[u64]) -> Result<bool> {
+        let mut runs: Vec<(u64, RunHeader)> = Vec::with_capacity(numbers.len());
+        for &run in numbers {
+            let h = self.dir.get(run)?.map(|v| header(run, v.value())).transpose()?;
+            runs.push((
+                run,
+                h.unwrap_or(RunHeader {
+                    entries: 0,
+                    fences: Vec::new(),
+                }),
+            ));
+        }
+        // Fences are lower bounds of their blocks' idem_keys (exact until a sweep removes
+        // entries): a run whose last fence is above the next run's first overlaps it, but for
+        // removed entries, and is left to the general merge without decoding a block.
+        let mut by_fence: Vec<&(u64, RunHeader)> = runs.iter().filter(|(_, h)| !h.fences.is_empty()).collect();
+        by_fence.sort_by(|a, b| a.1.fences[0].cmp(&b.1.fences[0]));
+        if by_fence
+            .windows(2)
+            .any(|w| w[0].1.fences.last() > w[1].1.fences.first())
+        {
+            return Ok(false);
+        }
+        let mut spans = Vec::with_capacity(runs.len());
+        for (run, h) in &runs {
+            if let Some((first, last)) = self.bounds(*run, h.fences.len() as u32)? {
+                spans.push((first, last, *run, h));
+            }
+        }
+        spans.sort_by(|a, b| a.0.cmp(&b.0));
+        if spans.windows(2).any(|w| w[0].1 >= w[1].0) {
+            return Ok(false);
+        }
+        let next = self.next_run()?;
+        let (mut fences, mut entries, mut block_no) = (Vec::new(), 0u64, 0u32);
+        let mut bytes = Vec::new();
+        for (_, _, run, h) in &spans {
+            for b in 0..h.fences.len() as u32 {
+                bytes.clear();
+                match self.blocks.get((*run, b))? {
+                    Some(v) => bytes.extend_from_slice(v.value()),
+                    None => continue,
+                }
+                if bytes.is_empty() {
+                    continue;
+                }
+                let (mut at, mut idem) = (0, Vec::new());
+                get_field(&bytes, &mut at, &mut idem).map_err(|reason| corrupt(*run, b, reason))?;
+                fences.push(String::from_utf8_lossy(&idem).into_owned());
+                self.blocks.insert((next, block_no), bytes.as_slice())?;
+                block_no += 1;
+            }
+            entries += h.entries;
+        }
+        if entries > 0 {
+            let header = RunHeaderRecord::V1(RunHeader { entries, fences });
+            self.dir.insert(next, encode(&header).as_slice())?;
+        }
+        for &run in numbers {
+            self.remove_run(run)?;
+        }
+        Ok(true)
     }
 
     /// Deletes run `run`'s blocks and header.
@@ -554,6 +661,8 @@ pub(crate) fn migrate_v3(txn: &redb::WriteTransaction) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redb::ReadableDatabase;
+    use std::collections::BTreeSet;
 
     #[test]
     fn tiers_are_floor_log4() {
@@ -616,6 +725,141 @@ mod tests {
             }
         }
         txn.commit().unwrap();
+    }
+
+    /// Every stored block of the index, by (run, block), as bytes.
+    fn stored_blocks(db: &redb::Database) -> Vec<((u64, u32), Vec<u8>)> {
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(IDEM_RUN).unwrap();
+        t.iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value(), v.value().to_vec())
+            })
+            .collect()
+    }
+
+    /// One commit's keys appended to the index, as the ledger's write does.
+    fn commit(db: &redb::Database, keys: &[(String, String, u32)]) {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut borrowed: Vec<(&str, &str, u32)> =
+                keys.iter().map(|(k, j, n)| (k.as_str(), j.as_str(), *n)).collect();
+            IdemIndex::open(&txn).unwrap().append(&mut borrowed).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    /// The whole index and a lookup of every `probe` match `model`.
+    fn matches(db: &redb::Database, model: &BTreeSet<(String, String, u32)>, probes: &[String]) {
+        let txn = db.begin_read().unwrap();
+        let (blocks, dir) = (txn.open_table(IDEM_RUN).unwrap(), txn.open_table(IDEM_RUN_DIR).unwrap());
+        assert_eq!(
+            entries(&blocks, &dir).unwrap(),
+            model.iter().cloned().collect::<Vec<_>>()
+        );
+        for p in probes {
+            let want: Vec<(String, u32)> = model
+                .iter()
+                .filter(|(k, _, _)| k == p)
+                .map(|(_, j, n)| (j.clone(), *n))
+                .collect();
+            assert_eq!(lookup(&blocks, &dir, p).unwrap(), want, "{p}");
+        }
+    }
+
+    #[test]
+    fn runs_that_do_not_overlap_are_merged_by_copying_their_blocks() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        // Four commits of 10,000 time-ordered keys (two blocks each, the last one partial), each
+        // commit above the one before: the fourth merges the four.
+        let key = |i: u64| (format!("idem-{i:08}"), format!("job-{i:08}"), 1 + (i % 3) as u32);
+        let mut model = BTreeSet::new();
+        let mut before = Vec::new();
+        for c in 0..4u64 {
+            let keys: Vec<_> = (c * 10_000..(c + 1) * 10_000).map(key).collect();
+            model.extend(keys.iter().cloned());
+            if c == 3 {
+                before = stored_blocks(&db);
+            }
+            commit(&db, &keys);
+        }
+        // The three runs before and the fourth's own blocks, in key order, are the merged run's.
+        let after = stored_blocks(&db);
+        let per_run = before.len() / 3;
+        assert_eq!((before.len(), per_run), (6, 2));
+        assert_eq!(after.len(), 4 * per_run);
+        assert!(
+            after.iter().all(|((run, _), _)| *run == 5),
+            "one run, numbered after the fourth"
+        );
+        let before: Vec<Vec<u8>> = before.into_iter().map(|(_, b)| b).collect();
+        let after: Vec<Vec<u8>> = after.into_iter().map(|(_, b)| b).collect();
+        assert_eq!(after[..6], before[..]);
+        let probes: Vec<String> = (0..40_000).step_by(997).map(|i| key(i).0).collect();
+        matches(&db, &model, &probes);
+        let txn = db.begin_read().unwrap();
+        let h = header(
+            5,
+            txn.open_table(IDEM_RUN_DIR).unwrap().get(5).unwrap().unwrap().value(),
+        )
+        .unwrap();
+        assert_eq!(h.entries, 40_000);
+        assert_eq!(h.fences.len(), 8);
+        assert_eq!(h.fences[0], "idem-00000000");
+    }
+
+    #[test]
+    fn merges_by_copy_and_by_entry_read_as_a_model_through_sweeps_and_keys_in_any_order() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        let mut rng = crate::drill::SplitMix64::new(5);
+        let mut model: BTreeSet<(String, String, u32)> = BTreeSet::new();
+        let mut probes = Vec::new();
+        let mut counter = 0u64;
+        for round in 0..120u64 {
+            let size = 1 + rng.next_u64() % 3_000;
+            let keys: Vec<(String, String, u32)> = (0..size)
+                .map(|_| {
+                    let i = match round % 5 {
+                        // Time-ordered: each key above every key before.
+                        0..=2 => {
+                            counter += 1;
+                            counter
+                        }
+                        // Reaching back below the newest keys, or anywhere.
+                        3 => counter.saturating_sub(rng.next_u64() % 5_000),
+                        _ => rng.next_u64() % (counter + 1),
+                    };
+                    (
+                        format!("idem-{i:08}"),
+                        format!("job-{:04}", rng.next_u64() % 50),
+                        1 + (rng.next_u64() % 2) as u32,
+                    )
+                })
+                .collect();
+            model.extend(keys.iter().cloned());
+            if round % 9 == 0 {
+                probes.push(keys[0].0.clone());
+            }
+            commit(&db, &keys);
+            // Now and then a sweep removes the attempts of some jobs: fences no longer exact.
+            if round % 13 == 12 {
+                let gone = format!("job-{:04}", rng.next_u64() % 50);
+                let txn = db.begin_write().unwrap();
+                IdemIndex::open(&txn).unwrap().remove(|j, _| j == gone).unwrap();
+                txn.commit().unwrap();
+                model.retain(|(_, j, _)| *j != gone);
+            }
+            if round % 10 == 9 {
+                matches(&db, &model, &probes);
+            }
+        }
+        matches(&db, &model, &probes);
     }
 
     #[test]
