@@ -18,6 +18,12 @@
 //! leave 15 runs of 640 k and five smaller), and a lookup reads every run's header and the blocks
 //! whose fences may hold the key.
 //!
+//! Runs whose key ranges do not overlap, as a router's time-ordered ids give (each commit's keys
+//! above the commit's before), are merged by copying their blocks unchanged into the new run
+//! (`IdemIndex::concatenate`, a trivial move); only overlapping runs (random ids) are decoded
+//! and encoded entry by entry. With the drill's sequential ids this took 10 M attempts' ingest from
+//! 12.7–14.2 s to 10.4–10.8 s.
+//!
 //! Keys compare as bytes, in the order of the tuple (idem_key, job_id, attempt_no), the order the
 //! version 3 B-tree had. An entry is in the index exactly while its attempt row is in `attempt`:
 //! it is written in the transaction that inserts the row and removed in the retention sweep's
