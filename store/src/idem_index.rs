@@ -434,32 +434,31 @@ impl<'txn> IdemIndex<'txn> {
     /// Merges the newest [`FAN_IN`] runs into one while [`merges`] says so.
     fn merge_tail(&mut self) -> Result<()> {
         loop {
-            let runs: Vec<(u64, u64)> = {
+            let runs: Vec<(u64, RunHeader)> = {
                 let mut out = Vec::new();
                 for row in self.dir.iter()?.rev().take(FAN_IN) {
                     let (k, v) = row?;
-                    out.push((k.value(), header(k.value(), v.value())?.entries));
+                    out.push((k.value(), header(k.value(), v.value())?));
                 }
                 out.reverse();
                 out
             };
-            if runs.len() < FAN_IN || !merges(runs[0].1, runs[FAN_IN - 1].1) {
+            if runs.len() < FAN_IN || !merges(runs[0].1.entries, runs[FAN_IN - 1].1.entries) {
                 return Ok(());
             }
-            let numbers: Vec<u64> = runs.iter().map(|r| r.0).collect();
-            self.merge(&numbers)?;
+            self.merge(&runs)?;
         }
     }
 
-    /// Replaces the runs `numbers` (oldest first) by one run of all their entries, numbered after
-    /// the newest run: by [`IdemIndex::concatenate`] when their key ranges do not overlap, else
-    /// entry by entry, the inputs read a block at a time.
-    fn merge(&mut self, numbers: &[u64]) -> Result<()> {
-        if self.concatenate(numbers)? {
+    /// Replaces the runs `runs` ((number, header), oldest first) by one run of all their entries,
+    /// numbered after the newest run: by [`IdemIndex::concatenate`] when their key ranges do not
+    /// overlap, else entry by entry, the inputs read a block at a time.
+    fn merge(&mut self, runs: &[(u64, RunHeader)]) -> Result<()> {
+        if self.concatenate(runs)? {
             return Ok(());
         }
-        let mut inputs = Vec::with_capacity(numbers.len());
-        for &run in numbers {
+        let mut inputs = Vec::with_capacity(runs.len());
+        for &(run, _) in runs {
             inputs.push(Cursor::open(&self.blocks, run)?);
         }
         let next = self.next_run()?;
@@ -486,7 +485,7 @@ impl<'txn> IdemIndex<'txn> {
             inputs[b].advance(&self.blocks)?;
         }
         w.finish(&mut self.blocks, &mut self.dir)?;
-        for &run in numbers {
+        for &(run, _) in runs {
             self.remove_run(run)?;
         }
         Ok(())
@@ -517,31 +516,20 @@ impl<'txn> IdemIndex<'txn> {
         Ok(Some((first, last)))
     }
 
-    /// Merges the runs `numbers` by copying their blocks, unchanged, into one new run in key order,
-    /// when no two of them overlap: the merge of time-ordered ids (a router's job counter, ULIDs,
-    /// UUIDv7), each commit's keys above the commit's before, costs a block copy instead of
-    /// decoding and encoding every entry (RocksDB calls this a trivial move). Each block decodes on
-    /// its own, so a copy is a valid block of the new run; its fence is its first idem_key, read
-    /// again (after a retention sweep, an old fence may sit below the block's keys). Returns
-    /// `false`, having written nothing, when two runs overlap or share an entry.
+    /// Merges the runs `runs` ((number, header)) by copying their blocks, unchanged, into one new
+    /// run in key order, when no two of them overlap: the merge of time-ordered ids (a router's
+    /// job counter, ULIDs, UUIDv7), each commit's keys above the commit's before, costs a block
+    /// copy instead of decoding and encoding every entry (RocksDB calls this a trivial move). Each
+    /// block decodes on its own, so a copy is a valid block of the new run; its fence is its first
+    /// idem_key, read again (after a retention sweep, an old fence may sit below the block's
+    /// keys). Returns `false`, having written nothing, when two runs overlap or share an entry.
     ///
     /// The cost on overlapping runs (random ids) is one comparison of fences, which rules out
     /// almost every such merge, and otherwise two block decodes a run.
-    fn concatenate(&mut self, numbers: &[u64]) -> Result<bool> {
-        let mut runs: Vec<(u64, RunHeader)> = Vec::with_capacity(numbers.len());
-        for &run in numbers {
-            let h = self.dir.get(run)?.map(|v| header(run, v.value())).transpose()?;
-            runs.push((
-                run,
-                h.unwrap_or(RunHeader {
-                    entries: 0,
-                    fences: Vec::new(),
-                }),
-            ));
-        }
-        // Fences are lower bounds of their blocks' idem_keys (exact until a sweep removes
-        // entries): a run whose last fence is above the next run's first overlaps it, but for
-        // removed entries, and is left to the general merge without decoding a block.
+    fn concatenate(&mut self, runs: &[(u64, RunHeader)]) -> Result<bool> {
+        // Fences are lower bounds of their blocks' idem_keys, exact until a sweep removes entries:
+        // a run whose last fence is above the next run's first overlaps it (unless a sweep removed
+        // the entries that did), and is left to the general merge without a block decoded.
         let mut by_fence: Vec<&(u64, RunHeader)> = runs.iter().filter(|(_, h)| !h.fences.is_empty()).collect();
         by_fence.sort_by(|a, b| a.1.fences[0].cmp(&b.1.fences[0]));
         if by_fence
@@ -551,7 +539,7 @@ impl<'txn> IdemIndex<'txn> {
             return Ok(false);
         }
         let mut spans = Vec::with_capacity(runs.len());
-        for (run, h) in &runs {
+        for (run, h) in runs {
             if let Some((first, last)) = self.bounds(*run, h.fences.len() as u32)? {
                 spans.push((first, last, *run, h));
             }
@@ -585,7 +573,7 @@ impl<'txn> IdemIndex<'txn> {
             let header = RunHeaderRecord::V1(RunHeader { entries, fences });
             self.dir.insert(next, encode(&header).as_slice())?;
         }
-        for &run in numbers {
+        for &(run, _) in runs {
             self.remove_run(run)?;
         }
         Ok(true)
