@@ -807,6 +807,46 @@ mod tests {
     }
 
     #[test]
+    fn a_copied_block_is_fenced_by_the_first_key_it_still_holds() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        let keys = |range: std::ops::RangeInclusive<u32>, job: &str| -> Vec<(String, String, u32)> {
+            range.map(|i| (format!("idem-{i:04}"), job.to_string(), 1)).collect()
+        };
+        // The second run's first key (0005) sits inside the first run's range, so the two overlap;
+        // a sweep removes it, and its block keeps the fence "idem-0005".
+        commit(&db, &keys(1..=10, "kept"));
+        commit(&db, &[keys(5..=5, "gone"), keys(20..=30, "kept")].concat());
+        commit(&db, &keys(40..=50, "kept"));
+        let txn = db.begin_write().unwrap();
+        IdemIndex::open(&txn).unwrap().remove(|j, _| j == "gone").unwrap();
+        txn.commit().unwrap();
+        // The fourth run makes four of one tier, now without overlap: merged by copying. Had the
+        // copy kept the stale fence, a lookup of 0010 would read the second run's block only.
+        commit(&db, &keys(60..=70, "kept"));
+        let txn = db.begin_read().unwrap();
+        let dir = txn.open_table(IDEM_RUN_DIR).unwrap();
+        let mut runs = headers(&dir).unwrap();
+        assert_eq!(runs.len(), 1);
+        let (run, h) = runs.remove(0);
+        assert_eq!(run, 5);
+        assert_eq!(h.fences, ["idem-0001", "idem-0020", "idem-0040", "idem-0060"]);
+        assert_eq!(h.entries, 10 + 11 + 11 + 11);
+        let model: BTreeSet<_> = [
+            keys(1..=10, "kept"),
+            keys(20..=30, "kept"),
+            keys(40..=50, "kept"),
+            keys(60..=70, "kept"),
+        ]
+        .concat()
+        .into_iter()
+        .collect();
+        let probes: Vec<String> = (0..=71).map(|i| format!("idem-{i:04}")).collect();
+        matches(&db, &model, &probes);
+    }
+
+    #[test]
     fn merges_by_copy_and_by_entry_read_as_a_model_through_sweeps_and_keys_in_any_order() {
         let db = redb::Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
