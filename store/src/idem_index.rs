@@ -686,9 +686,7 @@ mod tests {
 
     #[test]
     fn a_block_is_closed_before_an_entry_could_take_it_past_block_bytes() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         // 10,000 idem_keys that share little with their neighbours, all with one job_id: three
         // blocks.
         let mut keys: Vec<String> = (0..10_000u64)
@@ -718,6 +716,20 @@ mod tests {
                 assert_eq!(lookup(&blocks, &dir, k).unwrap(), [("job-000001".into(), 1)]);
             }
         }
+        txn.commit().unwrap();
+    }
+
+    /// A database in memory, for one test.
+    fn memory_db() -> redb::Database {
+        redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap()
+    }
+
+    /// A retention sweep's removal of every entry of job `gone`, in its own commit.
+    fn sweep(db: &redb::Database, gone: &str) {
+        let txn = db.begin_write().unwrap();
+        IdemIndex::open(&txn).unwrap().remove(|j, _| j == gone).unwrap();
         txn.commit().unwrap();
     }
 
@@ -765,9 +777,7 @@ mod tests {
 
     #[test]
     fn runs_that_do_not_overlap_are_merged_by_copying_their_blocks() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         // Four commits of 10,000 time-ordered keys (two blocks each, the last one partial), each
         // commit above the one before: the fourth merges the four.
         let key = |i: u64| (format!("idem-{i:08}"), format!("job-{i:08}"), 1 + (i % 3) as u32);
@@ -808,9 +818,7 @@ mod tests {
 
     #[test]
     fn a_copied_block_is_fenced_by_the_first_key_it_still_holds() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         let keys = |range: std::ops::RangeInclusive<u32>, job: &str| -> Vec<(String, String, u32)> {
             range.map(|i| (format!("idem-{i:04}"), job.to_string(), 1)).collect()
         };
@@ -819,9 +827,7 @@ mod tests {
         commit(&db, &keys(1..=10, "kept"));
         commit(&db, &[keys(5..=5, "gone"), keys(20..=30, "kept")].concat());
         commit(&db, &keys(40..=50, "kept"));
-        let txn = db.begin_write().unwrap();
-        IdemIndex::open(&txn).unwrap().remove(|j, _| j == "gone").unwrap();
-        txn.commit().unwrap();
+        sweep(&db, "gone");
         // The fourth run makes four of one tier, now without overlap: merged by copying. Had the
         // copy kept the stale fence, a lookup of 0010 would read the second run's block only.
         commit(&db, &keys(60..=70, "kept"));
@@ -848,9 +854,7 @@ mod tests {
 
     #[test]
     fn merges_by_copy_and_by_entry_read_as_a_model_through_sweeps_and_keys_in_any_order() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         let mut rng = crate::drill::SplitMix64::new(5);
         let mut model: BTreeSet<(String, String, u32)> = BTreeSet::new();
         let mut probes = Vec::new();
@@ -884,9 +888,7 @@ mod tests {
             // Now and then a sweep removes the attempts of some jobs: fences no longer exact.
             if round % 13 == 12 {
                 let gone = format!("job-{:04}", rng.next_u64() % 50);
-                let txn = db.begin_write().unwrap();
-                IdemIndex::open(&txn).unwrap().remove(|j, _| j == gone).unwrap();
-                txn.commit().unwrap();
+                sweep(&db, &gone);
                 model.retain(|(_, j, _)| *j != gone);
             }
             if round % 10 == 9 {
@@ -898,9 +900,7 @@ mod tests {
 
     #[test]
     fn a_block_decodes_what_was_pushed() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         // A block's bytes, spelled out: each field is (shared, rest length, rest).
         let txn = db.begin_write().unwrap();
         {
