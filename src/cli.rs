@@ -219,6 +219,13 @@ pub enum Command {
         #[arg(long, hide = true)]
         now: Option<String>,
     },
+    /// Give the ledger file's free pages back to the file system (after a bulk ingest or a
+    /// retention sweep): redb moves the pages in use down and cuts off the free end. Records, the
+    /// chain and its tip are unchanged. Needs the file to itself: not while `serve` runs on it
+    Compact {
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Check the ledger's hash chain and every record against it; exit 0 when clean, 4 when a
     /// record was changed, removed, added or reordered (the first one is named).
     Verify {

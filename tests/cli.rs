@@ -246,6 +246,7 @@ fn reading_commands_need_an_existing_ledger() {
     for args in [
         &["sql", "--db", db.to_str().unwrap(), "SELECT 1"][..],
         &["verify", "--db", db.to_str().unwrap()],
+        &["compact", "--db", db.to_str().unwrap()],
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(1));

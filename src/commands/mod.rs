@@ -1,5 +1,6 @@
 //! One function per command; each returns the process exit code.
 
+mod compact;
 mod demo;
 mod drill;
 mod export;
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             now,
         }),
+        Command::Compact { db } => compact::run(&db.db),
         Command::Verify { db, now } => verify::run(&db.db, now.as_deref()),
         Command::Drill {
             jobs,

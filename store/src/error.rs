@@ -116,5 +116,6 @@ from_redb!(
     redb::TableError,
     redb::StorageError,
     redb::CommitError,
-    redb::CursorError
+    redb::CursorError,
+    redb::CompactionError
 );

@@ -90,3 +90,25 @@ fn a_checked_open_reports_damaged_pages_as_an_error() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `compact` needs the only handle of a writable file: a clone alive or a read-only open refuses,
+/// and a compacted ledger holds the same attempts and chain.
+#[test]
+fn compact_refuses_a_shared_or_read_only_ledger_and_keeps_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.redb");
+    build(&path, ATTEMPTS);
+    let l = Ledger::open(&path).unwrap();
+    let (attempts, report) = (l.job_attempts("j2").unwrap(), l.verify().unwrap());
+    let clone = l.clone();
+    assert!(matches!(l.compact().unwrap_err(), Error::AlreadyOpen(p) if p == path));
+    // The refused call closed its handle; the clone still reads.
+    assert_eq!(clone.job_attempts("j2").unwrap(), attempts);
+    clone.compact().unwrap();
+    let l = Ledger::open_read_only(&path).unwrap();
+    assert!(matches!(l.compact().unwrap_err(), Error::ReadOnly(p) if p == path));
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.job_attempts("j2").unwrap(), attempts);
+    let again = l.verify().unwrap();
+    assert_eq!((&again.tip, again.entries, &again.first_bad), (&report.tip, 3, &None));
+}
