@@ -28,7 +28,6 @@ use laneledger_store::record::ATTEMPT_FIELDS;
 use laneledger_store::{
     Attempt, AttemptReader, DEFAULT_BATCH, InputFormat, Ledger, Parsed, StoredAttempt, format_timestamp, ingest_reader,
 };
-use redb::ReadableTable;
 
 /// Wall times of one case, sorted.
 struct Timings(Vec<Duration>);
@@ -199,13 +198,15 @@ fn main() {
 
     // --- Record decoding: the stored attempt values, as redb holds them.
     let raw: Vec<Vec<u8>> = {
-        let txn = ledger.database().begin_read().unwrap();
-        let table = txn.open_table(laneledger_store::tables::ATTEMPT).unwrap();
-        table
-            .iter()
-            .unwrap()
-            .map(|row| row.unwrap().1.value().to_vec())
-            .collect()
+        let mut raw = Vec::with_capacity(n);
+        ledger
+            .attempt_chunks(1 << 16, |_, mut chunk| {
+                chunk.unpack()?;
+                raw.extend(chunk.values().map(<[u8]>::to_vec));
+                Ok::<(), laneledger_store::Error>(())
+            })
+            .unwrap();
+        raw
     };
     assert_eq!(raw.len(), n);
     let raw_bytes: usize = raw.iter().map(Vec::len).sum();
@@ -232,16 +233,40 @@ fn main() {
     });
 
     // --- The scan and its parts: redb iteration, redb + decode, Arrow building, all three.
-    measure("scan part: redb iteration only (value bytes summed)", n, iters, || {
-        let txn = ledger.database().begin_read().unwrap();
-        let table = txn.open_table(laneledger_store::tables::ATTEMPT).unwrap();
-        let mut bytes = 0usize;
-        for row in table.iter().unwrap() {
-            bytes += row.unwrap().1.value().len();
-        }
-        assert_eq!(bytes, raw_bytes);
-        bytes
-    });
+    let mut chunks = Vec::new();
+    measure(
+        "scan part: redb read of the packed blocks only (Ledger::attempt_chunks)",
+        n,
+        iters,
+        || {
+            chunks.clear();
+            let mut rows = 0usize;
+            ledger
+                .attempt_chunks(1 << 16, |_, chunk| {
+                    rows += chunk.len();
+                    chunks.push(chunk);
+                    Ok::<(), laneledger_store::Error>(())
+                })
+                .unwrap();
+            assert_eq!(rows, n);
+            rows
+        },
+    );
+    measure(
+        "scan part: LZ4 unpacking of those blocks (a copy, then AttemptChunk::unpack), one thread",
+        n,
+        iters,
+        || {
+            let mut bytes = 0usize;
+            for chunk in &chunks {
+                let mut chunk = chunk.clone();
+                chunk.unpack().unwrap();
+                bytes += chunk.bytes.len();
+            }
+            assert_eq!(bytes, raw_bytes);
+            bytes
+        },
+    );
     measure("scan part: Ledger::for_each_attempt (redb + decode)", n, iters, || {
         let mut rows = 0usize;
         ledger.for_each_attempt(|_| rows += 1).unwrap();

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use laneledger_store::drill::SplitMix64;
 use laneledger_store::{Ledger, StoredAttempt};
-use redb::ReadableTable;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_laneledger"))
@@ -64,14 +63,17 @@ fn verify_exits_4_naming_the_changed_record_and_logs_each_run() {
     // Change one attempt's bytes behind the ledger's back.
     {
         let l = Ledger::open(&db).unwrap();
+        let read = l.database().begin_read().unwrap();
+        let mut v = laneledger_store::attempt_store::read_rows(&read)
+            .unwrap()
+            .get("job-000042", 1)
+            .unwrap()
+            .unwrap();
+        drop(read);
         let txn = l.database().begin_write().unwrap();
-        {
-            let mut t = txn.open_table(laneledger_store::tables::ATTEMPT).unwrap();
-            let mut v = t.get(("job-000042", 1)).unwrap().unwrap().value().to_vec();
-            let last = v.len() - 1;
-            v[last] ^= 1;
-            t.insert(("job-000042", 1), v.as_slice()).unwrap();
-        }
+        let last = v.len() - 1;
+        v[last] ^= 1;
+        laneledger_store::attempt_store::set_row(&txn, "job-000042", 1, Some(&v)).unwrap();
         txn.commit().unwrap();
     }
     let o = run(&["verify", "--db", &db, "--now", NOW]);

@@ -304,8 +304,8 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
 /// whole, but only the columns asked for are built, so a query of a few columns holds a few
 /// columns in memory.
 ///
-/// This thread copies the raw values out of one redb snapshot ([`Ledger::attempt_chunks`]) while
-/// one worker per core decodes them in place and builds the Arrow columns; the batches come back
+/// This thread copies the packed blocks out of one redb snapshot ([`Ledger::attempt_chunks`]) while
+/// one worker per core unpacks and decodes them in place and builds the Arrow columns; the batches come back
 /// in key order, so the table's declared order holds. Errors: the first storage or decode error,
 /// or [`crate::Error::Internal`] for a column index past [`COLUMNS`].
 pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatch>> {
@@ -347,12 +347,12 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
                             .lock()
                             .map_err(|_| crate::Error::Internal("scan channel poisoned".into()))?
                             .recv();
-                        let Ok((n, chunk)) = next else { break };
+                        let Ok((n, mut chunk)) = next else { break };
                         // After an error keep draining, so the reader never blocks on a full channel.
                         if failed.is_some() {
                             continue;
                         }
-                        match decode_chunk(&chunk, columns, want, schema) {
+                        match decode_chunk(&mut chunk, columns, want, schema) {
                             Ok(batch) => out.push((n, batch)),
                             Err(e) => failed = Some(e),
                         }
@@ -397,13 +397,14 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
     Ok((out, position))
 }
 
-/// One chunk of raw values as one batch of `columns`.
+/// One chunk of values, unpacked here, as one batch of `columns`.
 fn decode_chunk(
-    chunk: &AttemptChunk,
+    chunk: &mut AttemptChunk,
     columns: &[usize],
     want: [bool; COLUMNS],
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
+    chunk.unpack()?;
     let mut b = Builders::for_columns(chunk.len(), want);
     for v in chunk.values() {
         b.push(decode_attempt_ref(v)?);

@@ -21,6 +21,7 @@ pub fn run(
     kind: KindArg,
     format: Option<FormatArg>,
     batch: usize,
+    compact: bool,
     files: &[String],
 ) -> anyhow::Result<ExitCode> {
     // Every input must open before anything is written, so a typo cannot leave half an ingest.
@@ -37,6 +38,13 @@ pub fn run(
         };
         let counters = ingest_one(&ledger, name, kind, fmt, batch)?;
         total.merge(&counters);
+    }
+    // Copy-on-write commits and a file grown ahead of its pages leave space unused; give it back
+    // once, at the end, when something was written.
+    if compact && total.accepted + total.completed > 0 {
+        ledger
+            .compact()
+            .with_context(|| format!("compacting {} after the ingest", db.display()))?;
     }
     println!("{total}");
     Ok(if total.rejected > 0 || total.conflicts > 0 {

@@ -28,10 +28,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             format,
             batch,
+            no_compact,
             files,
         } => {
             load_config(config.as_deref())?;
-            ingest::run(&db.db, kind, format, batch as usize, &files)
+            ingest::run(&db.db, kind, format, batch as usize, !no_compact, &files)
         }
         Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
         Command::Review {

@@ -775,30 +775,40 @@ fn check_table<K: redb::Key + 'static>(
     for row in table.iter()? {
         let (k, v) = row?;
         records += 1;
-        let key = key_of(k.value());
-        match expected.remove(&digest.of(&key)) {
-            Some((hash, _)) if hash == sha256(v.value()) => {}
-            Some((_, n)) => found.push((
-                n,
-                BadRecord {
-                    table: key.table(),
-                    key: key.to_string(),
-                    seq: Some(n),
-                    problem: Problem::RecordChanged,
-                },
-            )),
-            None => found.push((
-                u64::MAX,
-                BadRecord {
-                    table: key.table(),
-                    key: key.to_string(),
-                    seq: None,
-                    problem: Problem::RecordAdded,
-                },
-            )),
-        }
+        check_record(key_of(k.value()), v.value(), digest, expected, found);
     }
     Ok(records)
+}
+
+/// Compares one record with its latest chain entry (taken out of `expected`).
+fn check_record(
+    key: RecordKey,
+    value: &[u8],
+    digest: &KeyDigest,
+    expected: &mut HashMap<u128, (Hash, u64)>,
+    found: &mut Vec<(u64, BadRecord)>,
+) {
+    match expected.remove(&digest.of(&key)) {
+        Some((hash, _)) if hash == sha256(value) => {}
+        Some((_, n)) => found.push((
+            n,
+            BadRecord {
+                table: key.table(),
+                key: key.to_string(),
+                seq: Some(n),
+                problem: Problem::RecordChanged,
+            },
+        )),
+        None => found.push((
+            u64::MAX,
+            BadRecord {
+                table: key.table(),
+                key: key.to_string(),
+                seq: None,
+                problem: Problem::RecordAdded,
+            },
+        )),
+    }
 }
 
 impl Ledger {
@@ -957,17 +967,21 @@ impl Ledger {
         }
         let mut found = Vec::new();
         let mut records = 0;
-        records += check_table(
-            &txn,
-            ATTEMPT,
-            |(job_id, attempt_no)| RecordKey::Attempt {
-                job_id: job_id.to_string(),
-                attempt_no,
-            },
-            &digest,
-            &mut expected,
-            &mut found,
-        )?;
+        crate::attempt_store::read_rows(&txn)?.walk(false, |piece| -> Result<()> {
+            if let crate::attempt_store::Piece::Row {
+                key: (job_id, attempt_no),
+                value,
+            } = piece
+            {
+                records += 1;
+                let key = RecordKey::Attempt {
+                    job_id: job_id.to_string(),
+                    attempt_no,
+                };
+                check_record(key, value, &digest, &mut expected, &mut found);
+            }
+            Ok(())
+        })?;
         records += check_table(
             &txn,
             ATTEMPT_CONFLICT,
@@ -1167,11 +1181,11 @@ impl Ledger {
                 }
             }
         }
-        let t = txn.open_table(ATTEMPT)?;
+        let view = crate::attempt_store::read_rows(&txn)?;
         let mut rows = Vec::with_capacity(keys.len());
         for (job_id, attempt_no) in &keys {
-            match t.get((job_id.as_str(), *attempt_no))? {
-                Some(v) => rows.push(crate::ledger::decode_attempt(v.value())?),
+            match view.get(job_id, *attempt_no)? {
+                Some(v) => rows.push(crate::ledger::decode_attempt(&v)?),
                 // Only a sweep removes a row, and a sweep is chained.
                 None => return Ok(AttemptChanges::Rescan),
             }

@@ -4,18 +4,15 @@
 //! `Ok`, every accepted record of the batch is durable (redb's default `Durability::Immediate`
 //! fsyncs the commit). Readers open their own read transaction and never wait for a writer.
 
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redb::{
-    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    WriteTransaction,
-};
+use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::attempt_store::{ATTEMPT_ROWS, AttemptWriter, BLOCK_ROWS, Piece, read_rows};
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::error::{Error, Result};
 use crate::idem_index::IdemIndex;
@@ -24,8 +21,9 @@ use crate::record::{
     StoredAttemptRef,
 };
 use crate::tables::{
-    ATTEMPT, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP, COUNTER, DECISION, DECISION_CONFLICT,
-    FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN, WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BLOCK, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP, COUNTER, DECISION,
+    DECISION_CONFLICT, FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN,
+    WEEK_SNAPSHOT,
 };
 use crate::time::now_micros;
 use crate::write_rules::{Merge, merge, without_own_ingested_at};
@@ -205,20 +203,49 @@ pub fn decode_attempt_ref(bytes: &[u8]) -> Result<StoredAttemptRef<'_>> {
     }
 }
 
-/// A run of raw attempt values in key order, copied out of one read snapshot by
-/// [`Ledger::attempt_chunks`]: `bytes` holds the values back to back, `ends[i]` is where value `i`
-/// ends. Decode each with [`decode_attempt_ref`].
+/// A run of attempt values in key order, copied out of one read snapshot by
+/// [`Ledger::attempt_chunks`]: whole packed blocks of rows ([`crate::attempt_block`]) or rows
+/// one by one. Call [`AttemptChunk::unpack`] (on the thread that decodes), then `bytes` holds the
+/// values back to back and `ends[i]` is where value `i` ends. Decode each with
+/// [`decode_attempt_ref`].
 #[derive(Debug, Default, Clone)]
 pub struct AttemptChunk {
     /// The values, concatenated.
     pub bytes: Vec<u8>,
     /// The end offset of each value in `bytes`.
     pub ends: Vec<usize>,
+    /// Stored blocks not yet unpacked, back to back (a chunk holds blocks or rows, not both).
+    packed: Vec<u8>,
+    /// The end offset of each stored block in `packed`.
+    packed_ends: Vec<usize>,
+    /// The rows those blocks hold.
+    packed_rows: usize,
 }
 
 impl AttemptChunk {
-    /// The values in order.
+    /// Unpacks the chunk's blocks into `bytes` and `ends` (nothing to do for a chunk of rows).
+    ///
+    /// Errors: [`Error::Corrupt`] for a block that does not unpack.
+    pub fn unpack(&mut self) -> Result<()> {
+        let mut start = 0;
+        for (i, &end) in self.packed_ends.iter().enumerate() {
+            crate::attempt_block::Block::values_onto(&self.packed[start..end], &mut self.bytes, &mut self.ends)
+                .map_err(|reason| Error::Corrupt {
+                    table: "attempt_block",
+                    key: format!("block {i} of a scan chunk"),
+                    reason,
+                })?;
+            start = end;
+        }
+        self.packed.clear();
+        self.packed_ends.clear();
+        self.packed_rows = 0;
+        Ok(())
+    }
+
+    /// The values in order (of a chunk unpacked: [`AttemptChunk::unpack`]).
     pub fn values(&self) -> impl Iterator<Item = &[u8]> {
+        debug_assert!(self.packed_ends.is_empty(), "values() of a chunk not unpacked");
         let mut start = 0;
         self.ends.iter().map(move |&end| {
             let v = &self.bytes[start..end];
@@ -227,14 +254,22 @@ impl AttemptChunk {
         })
     }
 
-    /// How many values.
+    /// How many values, packed or not.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.ends.len() + self.packed_rows
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.len() == 0
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.packed.clear();
+        self.packed_ends.clear();
+        self.packed_rows = 0;
     }
 }
 
@@ -314,8 +349,9 @@ impl Ledger {
     /// its chain stored again in blocks (entry bytes and hashes unchanged); the idem_key index of
     /// a version 2 or 3 file becomes one sorted run ([`crate::idem_index`]); the chain of a version
     /// 2, 3 or 4 file is stored again without the hashes that can be computed (every hash
-    /// unchanged); each becomes version 5, and the file is compacted (redb moves its pages down and
-    /// gives the freed space back).
+    /// unchanged); the attempt rows of a version 5 (or older) file are packed into blocks
+    /// ([`crate::attempt_store`], every value unchanged); each becomes version 6, and the file is
+    /// compacted (redb moves its pages down and gives the freed space back).
     ///
     /// A file that exists but cannot be written is opened read-only: every read works and every
     /// write answers [`Error::ReadOnly`].
@@ -354,6 +390,7 @@ impl Ledger {
             let mut meta = txn.open_table(META)?;
             let found = meta.get("format_version")?.map(|v| v.value());
             txn.open_table(ATTEMPT)?;
+            txn.open_table(ATTEMPT_BLOCK)?;
             txn.open_table(IDEM_RUN)?;
             txn.open_table(IDEM_RUN_DIR)?;
             txn.open_table(ATTEMPT_CONFLICT)?;
@@ -386,7 +423,10 @@ impl Ledger {
                     if v < 4 {
                         crate::idem_index::migrate_v3(&txn)?;
                     }
-                    crate::chain::migrate_v4(&txn)?;
+                    if v < 5 {
+                        crate::chain::migrate_v4(&txn)?;
+                    }
+                    crate::attempt_store::migrate_v5(&txn)?;
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
                 }
@@ -520,21 +560,22 @@ impl Ledger {
     /// [`Ledger::write_batch`] for records whose attempts were encoded beforehand, on another
     /// thread ([`Prepared::new`]): what file ingest does, so that the writing thread only appends
     /// `seq` and `ingested_at` to a new row's bytes. The batch is borrowed, so that the thread
-    /// that made it frees it (with mimalloc, a free on another thread costs more). A run of new
-    /// attempts whose keys sort above every key held is appended through a redb cursor at the
-    /// `attempt` table's end; the results and stored bytes are the same as record by record.
+    /// that made it frees it (with mimalloc, a free on another thread costs more). A new attempt
+    /// whose key sorts above every key held is appended to the last block of rows without a
+    /// lookup ([`crate::attempt_store`]); any other looks up the row in force first.
     pub fn write_prepared(&self, batch: &[Prepared]) -> Result<Vec<WriteResult>> {
         let now = now_micros();
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         {
-            let mut attempts = txn.open_table(ATTEMPT)?;
             // The idem_key index entries of the attempts this batch inserts, stored as one run.
             let mut new_keys: Vec<(&str, &str, u32)> = Vec::new();
             let mut conflicts = txn.open_table(ATTEMPT_CONFLICT)?;
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
             let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
+            let mut rows = AttemptWriter::open(&txn, get(BLOCK_ROWS)?)?;
+            let attempt_rows = get(ATTEMPT_ROWS)?;
             let mut chain = ChainWriter::open(&txn, get(CHAIN_ENTRIES)?)?;
             let mut next_seq = get(NEXT_SEQ)?;
             let mut next_conflict = get(NEXT_CONFLICT)?;
@@ -542,57 +583,12 @@ impl Ledger {
             let mut totals = Counters::default();
             // A new row's value is built here: its prepared bytes, then `seq` and `ingested_at`.
             let mut value: Vec<u8> = Vec::with_capacity(512);
-            // Attempts offered in this batch, and how many of them found their key held.
-            let (mut offered, mut held_seen) = (0u64, 0u64);
-            // The greatest key the table holds: a key above it is new for certain.
-            let held_last = attempts.last()?.map(|(k, _)| {
-                let (job_id, attempt_no) = k.value();
-                (job_id.to_string(), attempt_no)
-            });
+            // The greatest key held: a key above it is new for certain. Routers number jobs in
+            // time order and send a job's attempts together, so most keys are.
+            let held_last = rows.last_key()?;
             let mut greatest: Option<(&str, u32)> = held_last.as_ref().map(|(j, n)| (j.as_str(), *n));
 
-            // A run of attempts whose keys each sort above every key held (the usual case:
-            // routers number jobs in time order) is new without a lookup, and goes in through
-            // a cursor at the table's end: redb packs such a run into whole leaves instead of
-            // descending the tree once per row (1 M drill attempts: the writing thread's time
-            // 6.0 s -> 4.2 s). While the batch looks redelivered, every record takes the lookups.
-            let above = |i: usize, greatest: Option<(&str, u32)>| match batch.get(i) {
-                Some(Prepared {
-                    incoming: Incoming::Attempt { attempt, .. },
-                    encoded,
-                }) if greatest.is_none_or(|g| (attempt.job_id.as_str(), attempt.attempt_no) > g) => {
-                    Some((attempt, encoded))
-                }
-                _ => None,
-            };
-            let mut i = 0;
-            while i < batch.len() {
-                if held_seen * 4 <= offered && above(i, greatest).is_some() {
-                    let mut end = attempts.upper_bound_mut(Bound::<(&str, u32)>::Unbounded)?;
-                    while let Some((attempt, encoded)) = above(i, greatest) {
-                        let key = (attempt.job_id.as_str(), attempt.attempt_no);
-                        next_seq += 1;
-                        value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
-                        end.insert_before(key, value.as_slice())?;
-                        greatest = Some(key);
-                        offered += 1;
-                        new_keys.push((attempt.idem_key.as_str(), key.0, key.1));
-                        let key = RecordKey::Attempt {
-                            job_id: key.0.to_string(),
-                            attempt_no: key.1,
-                        };
-                        chain.append(EntryKind::Insert, key, &value)?;
-                        totals.accepted += 1;
-                        results.push(WriteResult::Accepted);
-                        i += 1;
-                    }
-                    end.close()?;
-                    if i == batch.len() {
-                        break;
-                    }
-                }
-                let Prepared { incoming, encoded } = &batch[i];
-                i += 1;
+            for Prepared { incoming, encoded } in batch {
                 let result = match incoming {
                     Incoming::Reject(reject) => {
                         next_reject += 1;
@@ -612,56 +608,34 @@ impl Ledger {
                         attempt,
                     } => {
                         let key = (attempt.job_id.as_str(), attempt.attempt_no);
-                        // Most attempts are new: insert first, and learn whether the key was held
-                        // from what the insert hands back, one B-tree descent instead of two. While
-                        // a quarter or more of this batch were held already (a file delivered
-                        // again), look first instead, so that held rows are not written again.
-                        let look_first = held_seen * 4 > offered;
-                        offered += 1;
-                        let held_bytes = if look_first {
-                            attempts.get(key)?.map(|v| v.value().to_vec())
-                        } else {
-                            value = finish_attempt(std::mem::take(&mut value), encoded, next_seq + 1, now);
-                            attempts.insert(key, value.as_slice())?.map(|v| v.value().to_vec())
-                        };
-                        let held = match &held_bytes {
-                            Some(bytes) => {
-                                held_seen += 1;
-                                if !look_first {
-                                    // The row in force goes back as it was, byte for byte; a
-                                    // completion below replaces it again.
-                                    attempts.insert(key, bytes.as_slice())?;
-                                }
-                                Some(decode_attempt(bytes)?)
-                            }
-                            None => None,
-                        };
+                        let above = greatest.is_none_or(|g| key > g);
+                        let held = if above { None } else { rows.get(key.0, key.1)? };
                         match held {
                             None => {
                                 next_seq += 1;
-                                if look_first {
-                                    value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
-                                    attempts.insert(key, value.as_slice())?;
-                                }
-                                if greatest.is_none_or(|g| key > g) {
+                                value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
+                                if above {
+                                    rows.append(key.0, key.1, &value)?;
                                     greatest = Some(key);
+                                } else {
+                                    rows.put(key.0, key.1, &value)?;
                                 }
-                                let a = attempt;
-                                new_keys.push((a.idem_key.as_str(), a.job_id.as_str(), a.attempt_no));
+                                new_keys.push((attempt.idem_key.as_str(), key.0, key.1));
                                 let key = RecordKey::Attempt {
-                                    job_id: a.job_id.clone(),
-                                    attempt_no: a.attempt_no,
+                                    job_id: key.0.to_string(),
+                                    attempt_no: key.1,
                                 };
                                 chain.append(EntryKind::Insert, key, &value)?;
                                 WriteResult::Accepted
                             }
-                            Some(held) => {
+                            Some(bytes) => {
+                                let held = decode_attempt(&bytes)?;
                                 match merge(&held.attempt, &without_own_ingested_at(attempt, held.ingested_at)) {
                                     Merge::Duplicate => WriteResult::Duplicate,
                                     Merge::Complete(row, fields) => {
                                         let stored = StoredAttempt { attempt: *row, ..held };
                                         let value = encode(&AttemptRecord::V1(stored));
-                                        attempts.insert(key, value.as_slice())?;
+                                        rows.put(key.0, key.1, &value)?;
                                         let key = RecordKey::Attempt {
                                             job_id: key.0.to_string(),
                                             attempt_no: key.1,
@@ -698,6 +672,8 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
+            counter.insert(BLOCK_ROWS, rows.finish(false)?)?;
+            counter.insert(ATTEMPT_ROWS, attempt_rows + totals.accepted)?;
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
             IdemIndex::open(&txn)?.append(&mut new_keys)?;
             counter.insert(NEXT_SEQ, next_seq)?;
@@ -739,24 +715,24 @@ impl Ledger {
     /// The number of attempt rows.
     pub fn attempt_count(&self) -> Result<u64> {
         let txn = self.db.begin_read()?;
-        Ok(txn.open_table(ATTEMPT)?.len()?)
+        Ok(txn.open_table(COUNTER)?.get(ATTEMPT_ROWS)?.map_or(0, |v| v.value()))
     }
 
     /// Calls `f` on every attempt in (job_id, attempt_no) order, from one consistent snapshot.
     pub fn for_each_attempt(&self, mut f: impl FnMut(StoredAttempt)) -> Result<()> {
         let txn = self.db.begin_read()?;
-        let t = txn.open_table(ATTEMPT)?;
-        for row in t.iter()? {
-            let (_, v) = row?;
-            f(decode_attempt(v.value())?);
-        }
-        Ok(())
+        read_rows(&txn)?.walk(false, |piece| -> Result<()> {
+            if let Piece::Row { value, .. } = piece {
+                f(decode_attempt(value)?);
+            }
+            Ok(())
+        })
     }
 
     /// Copies every attempt value, in (job_id, attempt_no) order from one consistent snapshot,
     /// into chunks of `rows` values and hands each to `f` with its number (from 0), so that the
-    /// (costlier) decoding can run on other threads while this one reads on. Stops at the first
-    /// error `f` returns. Returns the snapshot's chain position, to pass to
+    /// (costlier) unpacking and decoding can run on other threads while this one reads on. Stops
+    /// at the first error `f` returns. Returns the snapshot's chain position, to pass to
     /// [`Ledger::attempt_changes_since`] later. [`Ledger::attempt_chunks_reusing`] with no spare
     /// buffers.
     pub fn attempt_chunks<E: From<Error>>(
@@ -768,9 +744,10 @@ impl Ledger {
     }
 
     /// [`Ledger::attempt_chunks`], filling the chunks `spare` hands back (emptied, their buffers
-    /// kept) before allocating new ones. A scan of 10 M attempts copies about 1.2 GB of values; with
-    /// a few buffers passed round between the reader and the decoders, that memory is allocated
-    /// (and faulted in by the kernel) once instead of once per chunk.
+    /// kept) before allocating new ones. A scan of 10 M attempts unpacks about 1.2 GB of values;
+    /// with a few buffers passed round between the reader and the decoders, that memory is
+    /// allocated (and faulted in by the kernel) once instead of once per chunk. A chunk holds
+    /// whole blocks, so it may hold up to a block's rows (about 500) more than `rows`.
     pub fn attempt_chunks_reusing<E: From<Error>>(
         &self,
         rows: usize,
@@ -780,30 +757,38 @@ impl Ledger {
         let rows = rows.max(1);
         let txn = self.db.begin_read()?;
         let position = crate::chain::chain_position(&txn)?;
-        let t = txn.open_table(ATTEMPT).map_err(Error::from)?;
-        // Room for the largest chunk so far, so a buffer grows (and is copied) at most a few times.
-        let mut bytes_hint = rows * 128;
-        let fresh = |spare: &mut dyn FnMut() -> Option<AttemptChunk>, hint: usize| {
+        let view = read_rows(&txn)?;
+        let mut fresh = || {
             let mut c = spare().unwrap_or_default();
-            c.bytes.clear();
-            c.ends.clear();
-            c.bytes.reserve(hint);
-            c.ends.reserve(rows);
+            c.clear();
             c
         };
-        let mut chunk = fresh(&mut spare, bytes_hint);
+        let mut chunk = fresh();
         let mut n = 0;
-        for row in t.iter().map_err(Error::from)? {
-            let (_, v) = row.map_err(Error::from)?;
-            chunk.bytes.extend_from_slice(v.value());
-            chunk.ends.push(chunk.bytes.len());
-            if chunk.ends.len() == rows {
-                bytes_hint = bytes_hint.max(chunk.bytes.len() + chunk.bytes.len() / 8);
-                let next = fresh(&mut spare, bytes_hint);
-                f(n, std::mem::replace(&mut chunk, next))?;
+        view.walk(true, |piece| -> std::result::Result<(), E> {
+            let packed = matches!(piece, Piece::Packed { .. });
+            // A chunk holds blocks or rows, not both: hand it on when the kind changes.
+            if (packed && !chunk.ends.is_empty()) || (!packed && chunk.packed_rows > 0) {
+                f(n, std::mem::replace(&mut chunk, fresh()))?;
                 n += 1;
             }
-        }
+            match piece {
+                Piece::Packed { rows, stored } => {
+                    chunk.packed.extend_from_slice(stored);
+                    chunk.packed_ends.push(chunk.packed.len());
+                    chunk.packed_rows += rows;
+                }
+                Piece::Row { value, .. } => {
+                    chunk.bytes.extend_from_slice(value);
+                    chunk.ends.push(chunk.bytes.len());
+                }
+            }
+            if chunk.len() >= rows {
+                f(n, std::mem::replace(&mut chunk, fresh()))?;
+                n += 1;
+            }
+            Ok(())
+        })?;
         if !chunk.is_empty() {
             f(n, chunk)?;
         }
@@ -813,21 +798,20 @@ impl Ledger {
     /// One attempt by its identity: an index read.
     pub fn attempt(&self, job_id: &str, attempt_no: u32) -> Result<Option<StoredAttempt>> {
         let txn = self.db.begin_read()?;
-        let t = txn.open_table(ATTEMPT)?;
-        t.get((job_id, attempt_no))?
-            .map(|v| decode_attempt(v.value()))
+        read_rows(&txn)?
+            .get(job_id, attempt_no)?
+            .map(|v| decode_attempt(&v))
             .transpose()
     }
 
     /// One job's attempts in `attempt_no` order: a range read on the primary key.
     pub fn job_attempts(&self, job_id: &str) -> Result<Vec<StoredAttempt>> {
         let txn = self.db.begin_read()?;
-        let t = txn.open_table(ATTEMPT)?;
-        let mut out = Vec::new();
-        for row in t.range((job_id, 0u32)..=(job_id, u32::MAX))? {
-            out.push(decode_attempt(row?.1.value())?);
-        }
-        Ok(out)
+        read_rows(&txn)?
+            .job(job_id)?
+            .iter()
+            .map(|v| decode_attempt(v))
+            .collect()
     }
 
     /// Every attempt that carries `idem_key`, in (job_id, attempt_no) order: an index read (the
@@ -837,11 +821,11 @@ impl Ledger {
     pub fn attempts_by_idem_key(&self, idem_key: &str) -> Result<Vec<StoredAttempt>> {
         let txn = self.db.begin_read()?;
         let keys = crate::idem_index::lookup(&txn.open_table(IDEM_RUN)?, &txn.open_table(IDEM_RUN_DIR)?, idem_key)?;
-        let t = txn.open_table(ATTEMPT)?;
+        let view = read_rows(&txn)?;
         let mut out = Vec::with_capacity(keys.len());
         for (job, no) in keys {
-            if let Some(v) = t.get((job.as_str(), no))? {
-                out.push(decode_attempt(v.value())?);
+            if let Some(v) = view.get(&job, no)? {
+                out.push(decode_attempt(&v)?);
             }
         }
         Ok(out)

@@ -17,6 +17,8 @@
 //! # Ok::<(), laneledger_store::Error>(())
 //! ```
 
+pub mod attempt_block;
+pub mod attempt_store;
 pub mod chain;
 pub mod config;
 pub mod decision;

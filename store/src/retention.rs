@@ -27,12 +27,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::LaneConfig;
+use crate::attempt_store::{ATTEMPT_ROWS, AttemptRows, AttemptWriter, BLOCK_ROWS, Key, Piece};
 use crate::chain::{CHAIN_ENTRIES, ChainWriter, CheckpointRecord, EntryKind, Hash, RecordKey, to_hex};
 use crate::error::{Error, Result};
 use crate::idem_index::IdemIndex;
 use crate::ledger::{Ledger, decode, decode_attempt, encode};
 use crate::record::StoredAttempt;
-use crate::tables::{ATTEMPT, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
+use crate::tables::{ATTEMPT, ATTEMPT_BLOCK, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
 
 /// Microseconds in a day.
 pub const DAY_MICROS: i64 = 86_400_000_000;
@@ -187,8 +188,8 @@ struct Job {
 }
 
 /// The plan over one snapshot of the attempt table.
-fn plan_from<T: ReadableTable<(&'static str, u32), &'static [u8]>>(
-    t: &T,
+fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>(
+    rows: &AttemptRows<B, D>,
     now: i64,
     rule: RetentionRule,
 ) -> Result<SweepPlan> {
@@ -209,22 +210,25 @@ fn plan_from<T: ReadableTable<(&'static str, u32), &'static [u8]>>(
             kept_open += 1;
         }
     };
-    for row in t.iter()? {
-        let (_, v) = row?;
-        let a = decode_attempt(v.value())?;
+    rows.walk(false, |piece| -> Result<()> {
+        let Piece::Row { value, .. } = piece else {
+            return Ok(());
+        };
+        let a = decode_attempt(value)?;
         match current.as_mut() {
-            Some(job) if job.id == a.attempt.job_id => job.attempts.push((a, v.value().to_vec())),
+            Some(job) if job.id == a.attempt.job_id => job.attempts.push((a, value.to_vec())),
             _ => {
                 if let Some(job) = current.take() {
                     close(job, &mut candidates);
                 }
                 current = Some(Job {
                     id: a.attempt.job_id.clone(),
-                    attempts: vec![(a, v.value().to_vec())],
+                    attempts: vec![(a, value.to_vec())],
                 });
             }
         }
-    }
+        Ok(())
+    })?;
     if let Some(job) = current.take() {
         close(job, &mut candidates);
     }
@@ -236,13 +240,15 @@ fn plan_from<T: ReadableTable<(&'static str, u32), &'static [u8]>>(
         .collect();
     let mut by_key: HashMap<String, Vec<(String, i64)>> = HashMap::new();
     if !keys.is_empty() {
-        for row in t.iter()? {
-            let (_, v) = row?;
-            let a = decode_attempt(v.value())?.attempt;
-            if keys.contains(a.idem_key.as_str()) {
-                by_key.entry(a.idem_key).or_default().push((a.job_id, a.started_at));
+        rows.walk(false, |piece| -> Result<()> {
+            if let Piece::Row { value, .. } = piece {
+                let a = decode_attempt(value)?.attempt;
+                if keys.contains(a.idem_key.as_str()) {
+                    by_key.entry(a.idem_key).or_default().push((a.job_id, a.started_at));
+                }
             }
-        }
+            Ok(())
+        })?;
     }
     let mut removed: HashSet<String> = candidates.iter().map(|j| j.id.clone()).collect();
     let mut kept_reconcile = 0u64;
@@ -310,8 +316,7 @@ impl Ledger {
     /// snapshot (SPEC 6). Writes nothing. Errors: storage errors, a record that cannot be decoded.
     pub fn plan_sweep(&self, now: i64, rule: RetentionRule) -> Result<SweepPlan> {
         let txn = self.database().begin_read()?;
-        let t = txn.open_table(ATTEMPT)?;
-        plan_from(&t, now, rule)
+        plan_from(&crate::attempt_store::read_rows(&txn)?, now, rule)
     }
 
     /// Removes what `plan` names in one write transaction and returns the `retention_sweep` row,
@@ -332,8 +337,11 @@ impl Ledger {
         let txn = self.database().begin_write()?;
         let record;
         {
-            let mut attempts = txn.open_table(ATTEMPT)?;
-            let fresh = plan_from(&attempts, plan.now, plan.rule)?;
+            let fresh = plan_from(
+                &AttemptRows::new(txn.open_table(ATTEMPT_BLOCK)?, txn.open_table(ATTEMPT)?),
+                plan.now,
+                plan.rule,
+            )?;
             if fresh.digest != plan.digest {
                 return Err(Error::SweepStale {
                     planned: plan.digest_hex(),
@@ -344,21 +352,28 @@ impl Ledger {
                 return Ok(None);
             }
             let mut gone: HashSet<RecordKey> = HashSet::with_capacity(fresh.attempts.len());
+            let mut keys = std::collections::BTreeSet::new();
             for s in &fresh.attempts {
                 let a = &s.attempt;
-                attempts.remove((a.job_id.as_str(), a.attempt_no))?;
+                keys.insert((a.job_id.clone(), a.attempt_no));
                 gone.insert(RecordKey::Attempt {
                     job_id: a.job_id.clone(),
                     attempt_no: a.attempt_no,
                 });
             }
+            let mut counter = txn.open_table(COUNTER)?;
+            let count = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map_or(0, |v| v.value())) };
+            let (block_rows, attempt_rows) = (count(BLOCK_ROWS)?, count(ATTEMPT_ROWS)?);
+            let mut attempts = AttemptWriter::open(&txn, block_rows)?;
+            attempts.remove(&keys)?;
+            counter.insert(BLOCK_ROWS, attempts.finish(false)?)?;
+            counter.insert(ATTEMPT_ROWS, attempt_rows.saturating_sub(keys.len() as u64))?;
             let rows: HashSet<(&str, u32)> = fresh
                 .attempts
                 .iter()
                 .map(|s| (s.attempt.job_id.as_str(), s.attempt.attempt_no))
                 .collect();
             IdemIndex::open(&txn)?.remove(|job_id, attempt_no| rows.contains(&(job_id, attempt_no)))?;
-            let mut counter = txn.open_table(COUNTER)?;
             let counted = counter.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
             let mut chain = ChainWriter::open(&txn, counted)?;
             let mut sweeps = txn.open_table(RETENTION_SWEEP)?;

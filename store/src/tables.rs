@@ -17,12 +17,20 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// Version 5 stores each chain entry without its `prev` and its own hash, which are computed when
 /// read, and with a CRC-32 instead ([`CHAIN_BLOCK`], [`CHAIN_TIP`]): 60 bytes less an entry. A
 /// version 4 file's chain is rewritten when it is opened, every hash unchanged.
-pub const FORMAT_VERSION: u64 = 5;
+/// Version 6 keeps the attempt rows in zstd-packed blocks ([`ATTEMPT_BLOCK`], see
+/// [`crate::attempt_store`]), with [`ATTEMPT`] as the delta beside them; a version 5 file's rows
+/// are packed into blocks when it is opened, every value unchanged.
+pub const FORMAT_VERSION: u64 = 6;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// Attempts keyed by (job_id, attempt_no): the ledger's order, and the index for one job's attempts.
+/// The attempt rows' delta (format version 6; before it, every attempt row), keyed by
+/// (job_id, attempt_no): rows written out of key order and completions, shadowing the rows of
+/// [`ATTEMPT_BLOCK`] of the same key until a commit folds them in ([`crate::attempt_store`]).
 pub const ATTEMPT: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt");
+/// The attempt rows in zstd-packed blocks of at most 32 KiB in key order, each under its last key
+/// (job_id, attempt_no); the layout is [`crate::attempt_block`]'s. Format version 6.
+pub const ATTEMPT_BLOCK: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt_block");
 /// The idem_key index of format version 3: one key (idem_key, job_id, attempt_no) per attempt, no
 /// value; read only to migrate it into [`IDEM_RUN`], then deleted.
 pub const ATTEMPT_IDEM: TableDefinition<(&str, &str, u32), ()> = TableDefinition::new("attempt_idem");

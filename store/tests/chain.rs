@@ -9,8 +9,8 @@ use laneledger_store::chain::{BLOCK_BYTES, Problem, RecordKey, encode_v4_entry, 
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
 use laneledger_store::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::tables::{
-    ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT,
-    CHAIN_TIP, CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
+    ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT, CHAIN_TIP,
+    CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -85,11 +85,10 @@ fn get(ledger: &Ledger, key: &RecordKey) -> Option<Vec<u8>> {
     let txn = ledger.database().begin_read().unwrap();
     let v = |g: Option<redb::AccessGuard<'_, &[u8]>>| g.map(|g| g.value().to_vec());
     match key {
-        RecordKey::Attempt { job_id, attempt_no } => v(txn
-            .open_table(ATTEMPT)
+        RecordKey::Attempt { job_id, attempt_no } => laneledger_store::attempt_store::read_rows(&txn)
             .unwrap()
-            .get((job_id.as_str(), *attempt_no))
-            .unwrap()),
+            .get(job_id, *attempt_no)
+            .unwrap(),
         RecordKey::Decision { job_id, decided_at } => v(txn
             .open_table(DECISION)
             .unwrap()
@@ -119,11 +118,7 @@ fn put(ledger: &Ledger, key: &RecordKey, value: Option<&[u8]>) {
     let txn = ledger.database().begin_write().unwrap();
     match key {
         RecordKey::Attempt { job_id, attempt_no } => {
-            let mut t = txn.open_table(ATTEMPT).unwrap();
-            match value {
-                Some(v) => drop(t.insert((job_id.as_str(), *attempt_no), v).unwrap()),
-                None => drop(t.remove((job_id.as_str(), *attempt_no)).unwrap()),
-            }
+            laneledger_store::attempt_store::set_row(&txn, job_id, *attempt_no, value).unwrap()
         }
         RecordKey::Decision { job_id, decided_at } => {
             let mut t = txn.open_table(DECISION).unwrap();
@@ -459,6 +454,7 @@ fn a_format_1_ledger_is_chained_when_opened() {
         // A version 1 file: the same records, no chain.
         let l = build(&path);
         let txn = l.database().begin_write().unwrap();
+        laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
         txn.delete_table(CHAIN_BLOCK).unwrap();
         txn.delete_table(CHAIN_TIP).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
@@ -492,6 +488,7 @@ fn downgrade_to_v4(ledger: &Ledger) {
     use laneledger_store::tables::META;
     let entries = ledger.chain_entries().unwrap();
     let txn = ledger.database().begin_write().unwrap();
+    laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
     {
         let mut v4 = txn.open_table(CHAIN_BLOCK_V4).unwrap();
         let (mut block, mut first, mut len) = (Vec::new(), 0u64, 0usize);
@@ -592,36 +589,18 @@ fn chain_frame_bytes(ledger: &Ledger) -> usize {
 /// The idem_key index entries the attempt rows call for: (idem_key, job_id, attempt_no) of each
 /// row, in order.
 fn index_of_rows(ledger: &Ledger) -> Vec<(String, String, u32)> {
-    let txn = ledger.database().begin_read().unwrap();
-    let t = txn.open_table(ATTEMPT).unwrap();
-    let mut keys: Vec<(String, String, u32)> = t
-        .iter()
-        .unwrap()
-        .map(|r| {
-            let a = laneledger_store::ledger::decode_attempt(r.unwrap().1.value())
-                .unwrap()
-                .attempt;
-            (a.idem_key, a.job_id, a.attempt_no)
-        })
-        .collect();
+    let mut keys: Vec<(String, String, u32)> = Vec::new();
+    ledger
+        .for_each_attempt(|s| keys.push((s.attempt.idem_key, s.attempt.job_id, s.attempt.attempt_no)))
+        .unwrap();
     keys.sort();
     keys
 }
 
 /// Every idem_key the attempts carry, once each, in order.
 fn idem_keys(ledger: &Ledger) -> Vec<String> {
-    let txn = ledger.database().begin_read().unwrap();
-    let t = txn.open_table(ATTEMPT).unwrap();
-    let mut keys: Vec<String> = t
-        .iter()
-        .unwrap()
-        .map(|r| {
-            laneledger_store::ledger::decode_attempt(r.unwrap().1.value())
-                .unwrap()
-                .attempt
-                .idem_key
-        })
-        .collect();
+    let mut keys: Vec<String> = Vec::new();
+    ledger.for_each_attempt(|s| keys.push(s.attempt.idem_key)).unwrap();
     keys.sort();
     keys.dedup();
     keys
@@ -902,5 +881,51 @@ fn a_block_splits_into_its_prev_and_frames_and_a_bad_frame_is_named() {
     assert_eq!(
         split_block(&[0; 31]),
         Err("31 bytes, shorter than the block's prev hash".to_string())
+    );
+}
+
+/// A format 5 file, every attempt row in the `attempt` B-tree, has its rows packed into blocks
+/// when opened: the same rows, lookups, chain and tip, an empty delta, and a smaller file.
+#[test]
+fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
+    use laneledger_store::tables::{ATTEMPT, ATTEMPT_BLOCK, FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.redb");
+    let (rows, report, by_job) = {
+        let l = build(&path);
+        sweep(&l);
+        let report = l.verify().unwrap();
+        assert!(report.is_clean(), "{report:?}");
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        let by_job = l.job_attempts(&rows[rows.len() / 2].attempt.job_id).unwrap();
+        (rows, report, by_job)
+    };
+    {
+        let l = Ledger::open(&path).unwrap();
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 5).unwrap();
+        txn.commit().unwrap();
+        let txn = l.database().begin_read().unwrap();
+        assert_eq!(txn.open_table(ATTEMPT).unwrap().len().unwrap(), rows.len() as u64);
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!(l.migrated_from(), Some(5));
+    assert_eq!(format_version(&l), FORMAT_VERSION);
+    {
+        let txn = l.database().begin_read().unwrap();
+        assert_eq!(txn.open_table(ATTEMPT).unwrap().len().unwrap(), 0, "the delta is empty");
+        assert!(txn.open_table(ATTEMPT_BLOCK).unwrap().len().unwrap() > 0);
+    }
+    let mut again = Vec::new();
+    l.for_each_attempt(|s| again.push(s)).unwrap();
+    assert_eq!(again, rows);
+    assert_eq!(l.attempt_count().unwrap(), rows.len() as u64);
+    assert_eq!(l.job_attempts(&by_job[0].attempt.job_id).unwrap(), by_job);
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (after.tip, after.entries, after.records, after.first_bad),
+        (report.tip, report.entries, report.records, None)
     );
 }

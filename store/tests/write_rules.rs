@@ -175,8 +175,6 @@ fn records_survive_a_reopen_and_a_second_open_is_refused() {
 
 #[test]
 fn borrowed_decode_matches_owned() {
-    // Every field set on one attempt, none but the required ones on another, attrs on a third:
-    // the in-place decode used by scans must read exactly what the owned decode reads.
     let (_d, ledger) = ledger();
     let text = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T10:00:00Z","ended_at":"2026-11-16T10:00:05.5Z","outcome":"ambiguous","tokens_in":100,"tokens_out":10,"artifact_id":"a1","http_status":429,"provider_code":1305,"key_id":"key-7","pool_id":"pool-a","model":"m1"}
 {"job_id":"j2","idem_key":"k2","attempt_no":3,"lane":"paid","started_at":"2026-11-16T11:00:00Z"}
@@ -187,7 +185,8 @@ fn borrowed_decode_matches_owned() {
     ledger.for_each_attempt(|s| owned.push(s)).unwrap();
     let mut borrowed = Vec::new();
     ledger
-        .attempt_chunks(2, |n, chunk| {
+        .attempt_chunks(2, |n, mut chunk| {
+            chunk.unpack()?;
             for v in chunk.values() {
                 let r = laneledger_store::decode_attempt_ref(v)?;
                 // Compare while the bytes are alive.
@@ -197,11 +196,11 @@ fn borrowed_decode_matches_owned() {
             Ok::<(), Error>(())
         })
         .unwrap();
-    assert_eq!(borrowed.len(), 3);
-    // Chunks of two: numbered 0, 0, 1, in key order.
+    // The three rows were appended in key order: one block, handed on whole as chunk 0 although
+    // it holds more than two rows.
     assert_eq!(
         borrowed,
-        [(0, "j1".to_string()), (0, "j2".to_string()), (1, "j3".to_string())]
+        [(0, "j1".to_string()), (0, "j2".to_string()), (0, "j3".to_string())]
     );
     assert_eq!(
         owned[2].attempt.attrs.as_deref(),
@@ -209,26 +208,34 @@ fn borrowed_decode_matches_owned() {
     );
 }
 
-#[test]
-fn reused_chunk_buffers_hold_only_their_own_values() {
-    // A scan hands decoded chunks back to be filled again; a buffer that comes back still
-    // holding old bytes and ends must start empty, so every chunk holds exactly its own values.
-    let (_d, ledger) = ledger();
-    let text = r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-16T10:00:00Z","artifact_id":"a-long-artifact-id"}
-{"job_id":"j2","idem_key":"k2","attempt_no":1,"lane":"paid","started_at":"2026-11-16T11:00:00Z"}
-{"job_id":"j3","idem_key":"k3","attempt_no":1,"lane":"free","started_at":"2026-11-16T12:00:00Z"}
-"#;
-    ingest(&ledger, "all.ndjson", text);
+/// A ledger whose rows j1..j8 (attempt 1) sit in one block and whose row j2 #2, written after
+/// them, sits in the delta beside it: a scan merges the two row by row.
+fn block_and_delta() -> (tempfile::TempDir, Ledger) {
+    let (d, ledger) = ledger();
+    let row = |job: &str, no: u32| {
+        format!(
+            r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{no},"lane":"free","started_at":"2026-11-16T10:00:00Z"}}"#
+        )
+    };
+    let in_order: Vec<String> = (1..=8).map(|j| row(&format!("j{j}"), 1)).collect();
+    ingest(&ledger, "a.ndjson", &in_order.join("\n"));
+    ingest(&ledger, "b.ndjson", &row("j2", 2));
+    (d, ledger)
+}
+
+/// The (chunk number, job_id, attempt_no) of every row a scan in chunks of `rows` hands on.
+fn scanned(ledger: &Ledger, rows: usize) -> Vec<(usize, String, u32)> {
     let returned = std::cell::RefCell::new(Vec::<laneledger_store::AttemptChunk>::new());
     let mut seen = Vec::new();
     ledger
         .attempt_chunks_reusing(
-            1,
+            rows,
             || returned.borrow_mut().pop(),
-            |n, chunk| {
-                assert_eq!(chunk.len(), 1);
+            |n, mut chunk| {
+                chunk.unpack()?;
                 for v in chunk.values() {
-                    seen.push((n, laneledger_store::decode_attempt_ref(v)?.attempt.job_id.to_string()));
+                    let a = laneledger_store::decode_attempt_ref(v)?.attempt;
+                    seen.push((n, a.job_id.to_string(), a.attempt_no));
                 }
                 // Handed back with its bytes and ends still in it.
                 returned.borrow_mut().push(chunk);
@@ -236,10 +243,44 @@ fn reused_chunk_buffers_hold_only_their_own_values() {
             },
         )
         .unwrap();
+    seen
+}
+
+#[test]
+fn a_scan_merges_the_delta_into_the_blocks_in_key_order() {
+    let (_d, ledger) = block_and_delta();
+    let jobs = |seen: Vec<(usize, String, u32)>| -> Vec<(usize, String)> {
+        seen.into_iter().map(|(n, j, no)| (n, format!("{j}#{no}"))).collect()
+    };
+    let expected: Vec<String> = ["j1#1", "j2#1", "j2#2", "j3#1", "j4#1", "j5#1", "j6#1", "j7#1", "j8#1"]
+        .map(String::from)
+        .into();
+    // Chunks of 4: the block the delta row falls in goes row by row.
+    let seen = jobs(scanned(&ledger, 4));
+    assert_eq!(seen.iter().map(|(_, j)| j.clone()).collect::<Vec<_>>(), expected);
     assert_eq!(
-        seen,
-        [(0, "j1".to_string()), (1, "j2".to_string()), (2, "j3".to_string())]
+        seen.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        [0, 0, 0, 0, 1, 1, 1, 1, 2]
     );
+    let mut owned = Vec::new();
+    ledger
+        .for_each_attempt(|s| owned.push(format!("{}#{}", s.attempt.job_id, s.attempt.attempt_no)))
+        .unwrap();
+    assert_eq!(owned, expected);
+    assert_eq!(ledger.attempt_count().unwrap(), 9);
+    assert_eq!(ledger.job_attempts("j2").unwrap().len(), 2);
+    assert_eq!(ledger.attempt("j2", 2).unwrap().unwrap().attempt.idem_key, "k-j2");
+}
+
+#[test]
+fn reused_chunk_buffers_hold_only_their_own_values() {
+    // A scan hands decoded chunks back to be filled again; a buffer that comes back still
+    // holding old bytes and ends must start empty, so every chunk holds exactly its own values.
+    let (_d, ledger) = block_and_delta();
+    let seen = scanned(&ledger, 1);
+    let numbers: Vec<usize> = seen.iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(numbers, (0..9).collect::<Vec<_>>(), "one row a chunk");
+    assert_eq!((seen[2].1.as_str(), seen[2].2), ("j2", 2));
 }
 
 /// One attempt of the model test: job `job` (not zero-padded, so string order is not number
