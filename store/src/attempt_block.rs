@@ -18,8 +18,8 @@
 //!
 //! Keys and values are packed apart, each as one zstd frame (level [`ZSTD_LEVEL`]). The values
 //! are the stored attempt values byte for byte (`AttemptRecord::V1`), so the hash chain's entries
-//! still match. On the drill's attempts a row's value takes about 21 bytes packed instead of 118
-//! (BENCHMARKS.md).
+//! still match. On the drill's attempts a row takes about 23 bytes packed, keys included, where its
+//! value alone took 118 (BENCHMARKS.md).
 
 use crate::varint;
 
