@@ -1,4 +1,4 @@
-//! The attempt rows' compressed blocks (format version 6): runs of rows in key order, each block
+//! The attempt rows' compressed blocks (format version 7): runs of rows in key order, each block
 //! stored as one value of [`crate::tables::ATTEMPT_BLOCK`] under its last key.
 //!
 //! A stored block takes at most [`STORED_MAX`] bytes, so that it fills one 32 KiB redb page and no
@@ -7,19 +7,29 @@
 //! ratio ([`raw_target`]) and splits a block that comes out over. Its stored value is
 //!
 //! ```text
+//! 0x00                the framed layout's tag (format version 7)
 //! varint rows
 //! varint keys_len     the keys section's length, unpacked
 //! varint keys_packed  the keys section's length, packed
 //! keys section        zstd frame: per row  varint job_id length, job_id, varint attempt_no,
 //!                                         varint value length
 //! varint values_len   the values section's length, unpacked
-//! values section      zstd frame (the rest): the rows' values back to back
+//! varint frame_raw    the unpacked length of every values frame but the last
+//! values section      the rows' values back to back, cut every frame_raw bytes into zstd
+//!                     frames, each as  varint packed length, zstd frame
 //! ```
 //!
-//! Keys and values are packed apart, each as one zstd frame (level [`ZSTD_LEVEL`]). The values
-//! are the stored attempt values byte for byte (`AttemptRecord::V1`), so the hash chain's entries
-//! still match. On the drill's attempts a row takes about 23 bytes packed, keys included, where its
-//! value alone took 118 (BENCHMARKS.md).
+//! Keys and values are packed apart (zstd level [`ZSTD_LEVEL`]); the values in frames of
+//! [`FRAME_RAW`] bytes, so that one job's lookup unpacks the keys and the one or two frames its
+//! rows lie in, not the whole block ([`Block::job_values`]). The values are the stored attempt
+//! values byte for byte (`AttemptRecord::V1`), so the hash chain's entries still match.
+//!
+//! Format version 6 wrote the one-frame layout, still read: no tag (a block starts with its row
+//! count, never 0), and the values section one zstd frame after `values_len`. A version 6 file
+//! keeps its blocks as they are until a write rewrites them ([`to_format_6`] makes one).
+//!
+//! On the drill's attempts a row takes about 23 bytes packed, keys included, where its value
+//! alone took 118 (BENCHMARKS.md).
 
 use crate::varint;
 
@@ -37,6 +47,15 @@ pub fn raw_target(raw: usize, packed: usize) -> usize {
     let target = (STORED_MAX as f64 * 0.9 * raw as f64 / packed as f64) as usize;
     target.clamp(STORED_MAX / 2, 16 * STORED_MAX)
 }
+
+/// The unpacked bytes of each values frame but a block's last: one job's lookup unpacks the frames
+/// its rows lie in. On the drill's attempts, 16 KiB frames pack the values to 22.2 bytes a row
+/// against 20.9 as one frame a block, and one unpacks in about 20 µs against 121 µs for the
+/// block's (BENCHMARKS.md).
+pub const FRAME_RAW: usize = 16 << 10;
+
+/// The first byte of a block in the framed layout (format version 7).
+const FRAMED: u8 = 0;
 
 /// The zstd level the blocks are packed at: level 1 packs the drill's attempt values to about 21
 /// bytes a row (level 3: 20.9) at about twice level 3's speed.
@@ -93,17 +112,27 @@ fn get_usize(bytes: &[u8], at: &mut usize) -> Result<usize, String> {
     usize::try_from(varint::get(bytes, at)?).map_err(|_| "a length does not fit in memory".to_string())
 }
 
+/// A stored block's values section, not yet unpacked.
+enum Values<'a> {
+    /// Format version 6: one zstd frame.
+    One(&'a [u8]),
+    /// Format version 7: frames of `frame_raw` unpacked bytes (the last shorter), each after its
+    /// packed length.
+    Framed { frame_raw: usize, frames: &'a [u8] },
+}
+
 /// A stored block's parts, not yet unpacked.
 struct Sections<'a> {
     rows: usize,
     keys_len: usize,
     keys: &'a [u8],
     values_len: usize,
-    values: &'a [u8],
+    values: Values<'a>,
 }
 
 fn sections(stored: &[u8]) -> Result<Sections<'_>, String> {
-    let mut at = 0;
+    let framed = stored.first() == Some(&FRAMED);
+    let mut at = usize::from(framed);
     let rows = get_usize(stored, &mut at)?;
     let keys_len = get_usize(stored, &mut at)?;
     let keys_packed = get_usize(stored, &mut at)?;
@@ -112,20 +141,86 @@ fn sections(stored: &[u8]) -> Result<Sections<'_>, String> {
         .ok_or("the keys section runs past the block")?;
     at += keys_packed;
     let values_len = get_usize(stored, &mut at)?;
+    let values = if framed {
+        let frame_raw = get_usize(stored, &mut at)?;
+        if frame_raw == 0 && values_len > 0 {
+            return Err("the values frames are 0 bytes long".into());
+        }
+        Values::Framed {
+            frame_raw,
+            frames: &stored[at..],
+        }
+    } else {
+        Values::One(&stored[at..])
+    };
     Ok(Sections {
         rows,
         keys_len,
         keys,
         values_len,
-        values: &stored[at..],
+        values,
     })
+}
+
+impl Sections<'_> {
+    /// Unpacks the keys section and reads it ([`read_keys`]).
+    fn keys(&self) -> Result<(Vec<u8>, Vec<RowAt>), String> {
+        let mut keys = Vec::new();
+        unpack_onto(&mut keys, self.keys, self.keys_len)?;
+        let rows = read_keys(&keys, self.rows, self.values_len)?;
+        Ok((keys, rows))
+    }
+
+    /// Unpacks the values frames that hold the value bytes `range` onto the end of `out`, and
+    /// returns where in `out` the range starts: the whole section for the one-frame layout.
+    /// `range` lies within `values_len` (the keys were read against it).
+    fn values_onto(&self, out: &mut Vec<u8>, range: std::ops::Range<usize>) -> Result<usize, String> {
+        let base = out.len();
+        match self.values {
+            Values::One(frame) => {
+                unpack_onto(out, frame, self.values_len)?;
+                Ok(base + range.start)
+            }
+            Values::Framed { frame_raw, frames } => {
+                let whole = range.start == 0 && range.end == self.values_len;
+                let first = range.start / frame_raw.max(1);
+                let mut at = 0;
+                let mut frame = 0usize;
+                while frame.saturating_mul(frame_raw) < range.end || (whole && at < frames.len()) {
+                    let packed = get_usize(frames, &mut at)?;
+                    let bytes = frames
+                        .get(at..at.saturating_add(packed))
+                        .ok_or("a values frame runs past the block")?;
+                    at += packed;
+                    if frame >= first {
+                        let raw = self
+                            .values_len
+                            .checked_sub(frame.saturating_mul(frame_raw))
+                            .filter(|left| *left > 0)
+                            .ok_or("the block has more values frames than values")?
+                            .min(frame_raw);
+                        unpack_onto(out, bytes, raw)?;
+                    }
+                    frame += 1;
+                }
+                if whole && out.len() - base != self.values_len {
+                    return Err(format!(
+                        "the values frames unpack to {} bytes, not {}",
+                        out.len() - base,
+                        self.values_len
+                    ));
+                }
+                Ok(base + range.start - first * frame_raw)
+            }
+        }
+    }
 }
 
 /// The number of rows a stored block holds, read from its first bytes.
 ///
 /// Errors: the text of a header that does not read.
 pub fn block_rows(stored: &[u8]) -> Result<usize, String> {
-    get_usize(stored, &mut 0)
+    get_usize(stored, &mut usize::from(stored.first() == Some(&FRAMED)))
 }
 
 /// The unpacked bytes of a stored block's keys and values, read from its header: with the stored
@@ -196,11 +291,9 @@ impl Block {
     /// lengths that disagree); the caller names the block.
     pub fn decode(stored: &[u8]) -> Result<Self, String> {
         let s = sections(stored)?;
-        let mut keys = Vec::new();
-        unpack_onto(&mut keys, s.keys, s.keys_len)?;
-        let rows = read_keys(&keys, s.rows, s.values_len)?;
+        let (keys, rows) = s.keys()?;
         let mut values = Vec::new();
-        unpack_onto(&mut values, s.values, s.values_len)?;
+        s.values_onto(&mut values, 0..s.values_len)?;
         Ok(Block { keys, values, rows })
     }
 
@@ -209,13 +302,39 @@ impl Block {
     /// [`Block::decode`].
     pub fn values_onto(stored: &[u8], bytes: &mut Vec<u8>, ends: &mut Vec<usize>) -> Result<(), String> {
         let s = sections(stored)?;
-        let mut keys = Vec::new();
-        unpack_onto(&mut keys, s.keys, s.keys_len)?;
-        let rows = read_keys(&keys, s.rows, s.values_len)?;
-        let base = bytes.len();
-        unpack_onto(bytes, s.values, s.values_len)?;
+        let (_, rows) = s.keys()?;
+        let base = s.values_onto(bytes, 0..s.values_len)?;
         ends.extend(rows.iter().map(|r| base + r.value_end as usize));
         Ok(())
+    }
+
+    /// The rows of one job a stored block holds, as (attempt_no, stored value) in attempt_no
+    /// order: the keys are unpacked, and of the values only the frames these rows lie in (the
+    /// whole section in the one-frame layout). Errors as [`Block::decode`].
+    pub fn job_values(stored: &[u8], job_id: &str) -> Result<Vec<(u32, Vec<u8>)>, String> {
+        let s = sections(stored)?;
+        let (keys, rows) = s.keys()?;
+        let key = |r: &RowAt| (&keys[r.job.0 as usize..r.job.1 as usize], r.attempt_no);
+        let first = rows.partition_point(|r| key(r) < (job_id.as_bytes(), 0));
+        let count = rows[first..]
+            .iter()
+            .take_while(|r| key(r).0 == job_id.as_bytes())
+            .count();
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let end_of = |i: usize| if i == 0 { 0 } else { rows[i - 1].value_end as usize };
+        let mut values = Vec::new();
+        let (start, end) = (end_of(first), rows[first + count - 1].value_end as usize);
+        let at = s.values_onto(&mut values, start..end)?;
+        Ok(rows[first..first + count]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let from = at + end_of(first + i) - start;
+                (r.attempt_no, values[from..at + r.value_end as usize - start].to_vec())
+            })
+            .collect())
     }
 
     /// The number of rows.
@@ -324,7 +443,7 @@ impl BlockBuilder {
     /// out over [`STORED_MAX`]: the blocks in key order, each with its last key.
     pub fn finish_within(&mut self) -> Vec<((String, u32), Vec<u8>)> {
         let rows = self.rows.len();
-        let Some(packed) = self.clone_packed() else {
+        let Some(packed) = self.packed() else {
             return Vec::new();
         };
         if packed.1.len() <= STORED_MAX || rows < 2 {
@@ -343,19 +462,33 @@ impl BlockBuilder {
         out
     }
 
-    fn clone_packed(&self) -> Option<((String, u32), Vec<u8>)> {
+    /// The rows pushed, packed: their last key and the stored block (framed layout).
+    fn packed(&self) -> Option<((String, u32), Vec<u8>)> {
         let (job, no) = self.last()?;
         let last = (job.to_string(), no);
-        let mut out = Vec::with_capacity(self.values.len() / 3 + 64);
-        varint::put(&mut out, self.rows.len() as u64);
-        varint::put(&mut out, self.keys.len() as u64);
+        let mut out = vec![FRAMED];
+        self.put_header(&mut out);
+        varint::put(&mut out, FRAME_RAW as u64);
+        let mut frame = Vec::new();
+        for raw in self.values.chunks(FRAME_RAW) {
+            frame.clear();
+            pack(&mut frame, raw);
+            varint::put(&mut out, frame.len() as u64);
+            out.extend_from_slice(&frame);
+        }
+        Some((last, out))
+    }
+
+    /// Puts a stored block's header after the tag: the row count, the keys section (packed)
+    /// and the values' length.
+    fn put_header(&self, out: &mut Vec<u8>) {
+        varint::put(out, self.rows.len() as u64);
+        varint::put(out, self.keys.len() as u64);
         let mut keys = Vec::new();
         pack(&mut keys, &self.keys);
-        varint::put(&mut out, keys.len() as u64);
+        varint::put(out, keys.len() as u64);
         out.extend_from_slice(&keys);
-        varint::put(&mut out, self.values.len() as u64);
-        pack(&mut out, &self.values);
-        Some((last, out))
+        varint::put(out, self.values.len() as u64);
     }
 
     fn clear(&mut self) {
@@ -386,10 +519,23 @@ impl BlockBuilder {
     /// Packs the rows pushed into a stored block and empties the builder (its buffers kept).
     /// Returns the block's last key, owned, and the stored bytes; `None` when nothing was pushed.
     pub fn finish(&mut self) -> Option<((String, u32), Vec<u8>)> {
-        let packed = self.clone_packed();
+        let packed = self.packed();
         self.clear();
         packed
     }
+}
+
+/// A stored block (either layout) in format version 6's one-frame layout, rows unchanged: to
+/// hand a file back to an older laneledger, and for tests that a version 6 file still reads.
+///
+/// Errors: the text of what does not read, as [`Block::decode`].
+pub fn to_format_6(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let mut b = BlockBuilder::default();
+    b.push_block(&Block::decode(stored)?);
+    let mut out = Vec::new();
+    b.put_header(&mut out);
+    pack(&mut out, &b.values);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -475,6 +621,61 @@ mod tests {
         assert_eq!(back, rows);
     }
 
+    /// One job's rows read the same from the framed layout and from format version 6's one
+    /// frame, and the framed lookup unpacks only the frames they lie in: with the block's tail
+    /// cut off, the first jobs still read while the whole block does not.
+    #[test]
+    fn one_job_reads_alike_from_either_layout_and_only_its_frames() {
+        let mut rows = Vec::new();
+        for j in 0..400u32 {
+            for n in 1..=(j % 4 + 1) {
+                let value = format!("job-{j:05}/{n} {}", "free ok ".repeat((j % 9) as usize * 4));
+                rows.push((format!("job-{j:05}"), n, value.into_bytes()));
+            }
+        }
+        let mut b = BlockBuilder::default();
+        for (job, n, v) in &rows {
+            b.push(job, *n, v);
+        }
+        assert!(b.values.len() > 4 * FRAME_RAW, "{} value bytes", b.values.len());
+        let (_, framed) = b.finish().unwrap();
+        let old = to_format_6(&framed).unwrap();
+        assert_eq!(
+            (framed[0], old[0]),
+            (FRAMED, 0xe8),
+            "the tag, and 1,000 rows' first varint byte"
+        );
+        assert_eq!(block_raw_bytes(&framed), block_raw_bytes(&old));
+        assert_eq!((block_rows(&framed), block_rows(&old)), (Ok(1000), Ok(1000)));
+
+        let (a, b) = (Block::decode(&framed).unwrap(), Block::decode(&old).unwrap());
+        assert_eq!(a.len(), rows.len());
+        for (i, (job, n, v)) in rows.iter().enumerate() {
+            assert_eq!((a.key(i), a.value(i)), ((job.as_str(), *n), v.as_slice()));
+            assert_eq!((b.key(i), b.value(i)), ((job.as_str(), *n), v.as_slice()));
+        }
+        let mut ends = [Vec::new(), Vec::new()];
+        let mut bytes = [Vec::new(), Vec::new()];
+        for (i, stored) in [&framed, &old].into_iter().enumerate() {
+            Block::values_onto(stored, &mut bytes[i], &mut ends[i]).unwrap();
+        }
+        assert_eq!((&bytes[0], &ends[0]), (&bytes[1], &ends[1]));
+
+        for job in (0..400)
+            .map(|j| format!("job-{j:05}"))
+            .chain(["job-".into(), "zzz".into()])
+        {
+            let want: Vec<(u32, Vec<u8>)> = rows.iter().filter(|r| r.0 == job).map(|r| (r.1, r.2.clone())).collect();
+            assert_eq!(Block::job_values(&framed, &job).unwrap(), want, "{job}");
+            assert_eq!(Block::job_values(&old, &job).unwrap(), want, "{job}");
+        }
+
+        let cut = &framed[..framed.len() - 1];
+        assert_eq!(Block::decode(cut).unwrap_err(), "a values frame runs past the block");
+        assert_eq!(Block::job_values(cut, "job-00001").unwrap().len(), 2);
+        assert!(Block::job_values(&old[..old.len() - 1], "job-00001").is_err());
+    }
+
     #[test]
     fn the_raw_target_packs_to_nine_tenths_of_a_page() {
         assert_eq!(raw_target(0, 0), 3 * STORED_MAX);
@@ -495,7 +696,7 @@ mod tests {
             assert!(Block::decode(&stored[..cut]).is_err(), "cut at {cut}");
         }
         let mut flipped = stored.clone();
-        flipped[0] ^= 1;
+        flipped[1] ^= 1;
         let (n, bytes) = (rows().len(), rows().iter().map(|r| r.2.len()).sum::<usize>());
         assert_eq!(
             Block::decode(&flipped).unwrap_err(),

@@ -1,4 +1,4 @@
-//! Where the attempt rows live (format version 6): compressed blocks and a small delta.
+//! Where the attempt rows live (format version 6 and on): compressed blocks and a small delta.
 //!
 //! Most rows sit in zstd-packed blocks of about 1,300 rows in key order ([`crate::attempt_block`],
 //! table [`ATTEMPT_BLOCK`], each block under its last key). A write whose key sorts above every
@@ -153,14 +153,8 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
         for row in self.blocks.range((job_id, 0u32)..)? {
             let (k, v) = row?;
             let last = k.value();
-            let block = Block::decode(v.value()).map_err(|r| corrupt(last, r))?;
-            let start = block.find((job_id, 0)).unwrap_or_else(|i| i);
-            for i in start..block.len() {
-                let (job, no) = block.key(i);
-                if job != job_id {
-                    break;
-                }
-                rows.entry(no).or_insert_with(|| block.value(i).to_vec());
+            for (no, value) in Block::job_values(v.value(), job_id).map_err(|r| corrupt(last, r))? {
+                rows.entry(no).or_insert(value);
             }
             if last.0 != job_id {
                 break;
@@ -567,6 +561,25 @@ pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
         counter.remove(ATTEMPT_ROWS)?;
     }
     txn.delete_table(ATTEMPT_BLOCK)?;
+    Ok(())
+}
+
+/// Rewrites every attempt block in format version 6's one-frame layout, rows unchanged
+/// ([`crate::attempt_block::to_format_6`]): with `meta["format_version"]` set to 6 after it, the
+/// file is what version 6 wrote (for tests of the migrations, or to hand a file back to an older
+/// laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
+pub fn write_as_format_6(txn: &WriteTransaction) -> Result<()> {
+    let mut blocks = txn.open_table(ATTEMPT_BLOCK)?;
+    let mut old = Vec::new();
+    for row in blocks.iter()? {
+        let (k, v) = row?;
+        let (job, no) = k.value();
+        let stored = crate::attempt_block::to_format_6(v.value()).map_err(|r| corrupt((job, no), r))?;
+        old.push(((job.to_string(), no), stored));
+    }
+    for ((job, no), stored) in old {
+        blocks.insert((job.as_str(), no), stored.as_slice())?;
+    }
     Ok(())
 }
 

@@ -350,8 +350,10 @@ impl Ledger {
     /// a version 2 or 3 file becomes one sorted run ([`crate::idem_index`]); the chain of a version
     /// 2, 3 or 4 file is stored again without the hashes that can be computed (every hash
     /// unchanged); the attempt rows of a version 5 (or older) file are packed into blocks
-    /// ([`crate::attempt_store`], every value unchanged); each becomes version 6, and the file is
-    /// compacted (redb moves its pages down and gives the freed space back).
+    /// ([`crate::attempt_store`], every value unchanged); each becomes version 7, and the file is
+    /// compacted (redb moves its pages down and gives the freed space back). A version 6 file only
+    /// has its version raised: its blocks are read as they are (one values frame each, see
+    /// [`crate::attempt_block`]) and rewritten framed when a write rewrites them.
     ///
     /// A file that exists but cannot be written is opened read-only: every read works and every
     /// write answers [`Error::ReadOnly`].
@@ -426,7 +428,9 @@ impl Ledger {
                     if v < 5 {
                         crate::chain::migrate_v4(&txn)?;
                     }
-                    crate::attempt_store::migrate_v5(&txn)?;
+                    if v < 6 {
+                        crate::attempt_store::migrate_v5(&txn)?;
+                    }
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
                 }
@@ -437,7 +441,7 @@ impl Ledger {
             }
         }
         txn.commit()?;
-        if migrated_from.is_some() {
+        if migrated_from.is_some_and(|v| v < 6) {
             // A migration rewrote tables: give the freed pages back (at 10 M attempts, a 2.9 GB
             // version 4 file is 3.5 GB migrated and 2.2 GB compacted, in 26 s).
             db.compact()?;

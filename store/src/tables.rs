@@ -19,8 +19,11 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// version 4 file's chain is rewritten when it is opened, every hash unchanged.
 /// Version 6 keeps the attempt rows in zstd-packed blocks ([`ATTEMPT_BLOCK`], see
 /// [`crate::attempt_store`]), with [`ATTEMPT`] as the delta beside them; a version 5 file's rows
-/// are packed into blocks when it is opened, every value unchanged.
-pub const FORMAT_VERSION: u64 = 6;
+/// are packed into blocks when it is opened, every value unchanged. Version 7 cuts a block's values
+/// into zstd frames of 16 KiB, so that one job's lookup unpacks one or two of them
+/// ([`crate::attempt_block`]); a version 6 file's blocks, one frame each, are still read, so it
+/// only has its version raised when it is opened.
+pub const FORMAT_VERSION: u64 = 7;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -29,7 +32,8 @@ pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// [`ATTEMPT_BLOCK`] of the same key until a commit folds them in ([`crate::attempt_store`]).
 pub const ATTEMPT: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt");
 /// The attempt rows in zstd-packed blocks of at most 32 KiB in key order, each under its last key
-/// (job_id, attempt_no); the layout is [`crate::attempt_block`]'s. Format version 6.
+/// (job_id, attempt_no); the layout is [`crate::attempt_block`]'s. Format version 6 (framed values
+/// since version 7).
 pub const ATTEMPT_BLOCK: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt_block");
 /// The idem_key index of format version 3: one key (idem_key, job_id, attempt_no) per attempt, no
 /// value; read only to migrate it into [`IDEM_RUN`], then deleted.

@@ -929,3 +929,72 @@ fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
         (report.tip, report.entries, report.records, None)
     );
 }
+
+/// Whether each attempt block is in the framed layout of format version 7 (its first byte 0),
+/// in key order.
+fn blocks_framed(ledger: &Ledger) -> Vec<bool> {
+    use laneledger_store::tables::ATTEMPT_BLOCK;
+    let txn = ledger.database().begin_read().unwrap();
+    let blocks = txn.open_table(ATTEMPT_BLOCK).unwrap();
+    blocks.iter().unwrap().map(|r| r.unwrap().1.value()[0] == 0).collect()
+}
+
+/// A format 6 file, its blocks one values frame each, only has its version raised when opened:
+/// its blocks stay as they are and give the same rows, every job's lookup and the same tip, and
+/// the next write packs framed blocks.
+#[test]
+fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
+    use laneledger_store::tables::{FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.redb");
+    let (rows, report) = {
+        let l = build(&path);
+        sweep(&l);
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        (rows, l.verify().unwrap())
+    };
+    {
+        let l = Ledger::open(&path).unwrap();
+        assert!(blocks_framed(&l).iter().all(|f| *f));
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::attempt_store::write_as_format_6(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 6).unwrap();
+        txn.commit().unwrap();
+    }
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (6, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(6), FORMAT_VERSION));
+    let before = blocks_framed(&l);
+    assert!(!before.is_empty() && before.iter().all(|f| !*f), "{before:?}");
+    let mut again = Vec::new();
+    l.for_each_attempt(|s| again.push(s)).unwrap();
+    assert_eq!(again, rows);
+    let mut jobs: Vec<&str> = rows.iter().map(|s| s.attempt.job_id.as_str()).collect();
+    jobs.dedup();
+    assert!(jobs.len() > 20);
+    for job in jobs {
+        let want: Vec<_> = rows.iter().filter(|s| s.attempt.job_id == job).cloned().collect();
+        assert_eq!(l.job_attempts(job).unwrap(), want, "{job}");
+    }
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (after.tip, after.entries, after.records, after.first_bad),
+        (report.tip, report.entries, report.records, None)
+    );
+
+    let mut new = rows[0].attempt.clone();
+    (new.job_id, new.attempt_no, new.idem_key) = ("zz-1".into(), 1, "zz-idem".into());
+    let line = format!("{}\n", new.to_json());
+    ingest_reader(&l, "new.ndjson", line.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    assert_eq!(blocks_framed(&l).last(), Some(&true), "the block written is framed");
+    assert_eq!(l.job_attempts("zz-1").unwrap()[0].attempt, new);
+    let mut all = Vec::new();
+    l.for_each_attempt(|s| all.push(s)).unwrap();
+    assert_eq!((all.len(), &all[..rows.len()]), (rows.len() + 1, &rows[..]));
+}
