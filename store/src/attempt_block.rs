@@ -466,7 +466,8 @@ impl BlockBuilder {
     fn packed(&self) -> Option<((String, u32), Vec<u8>)> {
         let (job, no) = self.last()?;
         let last = (job.to_string(), no);
-        let mut out = vec![FRAMED];
+        let mut out = Vec::with_capacity(self.values.len() / 3 + 64);
+        out.push(FRAMED);
         self.put_header(&mut out);
         varint::put(&mut out, FRAME_RAW as u64);
         let mut frame = Vec::new();
