@@ -5,7 +5,7 @@ use std::io::BufRead;
 
 use crate::decision::{Decision, DecisionDecoder, IncomingDecision};
 use crate::error::{Error, Result};
-use crate::ledger::{Counters, Incoming, Ledger, Prepared, WriteResult};
+use crate::ledger::{Counters, Incoming, Ledger, WriteResult};
 use crate::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 use crate::record::{Attempt, Reject};
 use crate::time::format_timestamp;
@@ -51,28 +51,28 @@ trait Kind {
 struct Attempts;
 impl Kind for Attempts {
     type Decoder = AttemptDecoder;
-    // Encoded on the parsing thread, so the writing thread does less.
-    type Incoming = Prepared;
+    // Encoded on the writing thread (`Ledger::write_borrowed`): parsing is ingest's busier thread.
+    type Incoming = Incoming;
     const HANDS_BACK: bool = true;
-    fn incoming(source: &str, line: u64, raw: String, attempt: Attempt) -> Prepared {
-        Prepared::new(Incoming::Attempt {
+    fn incoming(source: &str, line: u64, raw: String, attempt: Attempt) -> Incoming {
+        Incoming::Attempt {
             source: source.to_string(),
             line,
             raw,
             attempt,
-        })
+        }
     }
-    fn reject(r: Reject) -> Prepared {
-        Prepared::new(Incoming::Reject(r))
+    fn reject(r: Reject) -> Incoming {
+        Incoming::Reject(r)
     }
-    fn identity(i: &Prepared) -> Option<String> {
-        match i.incoming() {
+    fn identity(i: &Incoming) -> Option<String> {
+        match i {
             Incoming::Attempt { attempt, .. } => Some(format!("job {} attempt {}", attempt.job_id, attempt.attempt_no)),
             Incoming::Reject(_) => None,
         }
     }
-    fn write(ledger: &Ledger, batch: Vec<Prepared>) -> Result<(Vec<WriteResult>, Vec<Prepared>)> {
-        Ok((ledger.write_prepared(&batch)?, batch))
+    fn write(ledger: &Ledger, batch: Vec<Incoming>) -> Result<(Vec<WriteResult>, Vec<Incoming>)> {
+        Ok((ledger.write_borrowed(&batch)?, batch))
     }
 }
 

@@ -131,43 +131,15 @@ const NEXT_SEQ: &str = "next_attempt_seq";
 const NEXT_CONFLICT: &str = "next_conflict";
 pub(crate) const NEXT_REJECT: &str = "next_reject";
 
-/// A record offered to [`Ledger::write_prepared`]: an [`Incoming`] and, for an attempt, the first
-/// bytes of its stored value (the format version tag and the attempt), made on any thread.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    incoming: Incoming,
-    encoded: Vec<u8>,
-}
-
-impl Prepared {
-    /// Encodes `incoming`'s attempt (nothing for a reject).
-    pub fn new(incoming: Incoming) -> Self {
-        let encoded = match &incoming {
-            // `AttemptRecord::V1` is postcard variant 0, then `StoredAttempt`'s fields in order:
-            // the attempt, `seq`, `ingested_at` (see `finish_attempt`).
-            Incoming::Attempt { attempt, .. } => postcard::to_extend(attempt, {
-                let mut v = Vec::with_capacity(256);
-                v.push(0);
-                v
-            })
-            .expect("attempts always encode"),
-            Incoming::Reject(_) => Vec::new(),
-        };
-        Prepared { incoming, encoded }
-    }
-
-    /// The record offered.
-    pub fn incoming(&self) -> &Incoming {
-        &self.incoming
-    }
-}
-
-/// The stored value of a new attempt row from its [`Prepared`] bytes, written into `buf` (whose
-/// allocation is reused): the same bytes as
-/// `encode(&AttemptRecord::V1(StoredAttempt { attempt, seq, ingested_at }))`.
-fn finish_attempt(mut buf: Vec<u8>, prepared: &[u8], seq: u64, ingested_at: i64) -> Vec<u8> {
+/// The stored value of a new attempt row, written into `buf` (whose allocation is reused): the
+/// same bytes as `encode(&AttemptRecord::V1(StoredAttempt { attempt, seq, ingested_at }))`,
+/// without cloning the attempt into a [`StoredAttempt`].
+fn attempt_value(mut buf: Vec<u8>, attempt: &Attempt, seq: u64, ingested_at: i64) -> Vec<u8> {
     buf.clear();
-    buf.extend_from_slice(prepared);
+    // `AttemptRecord::V1` is postcard variant 0, then `StoredAttempt`'s fields in order: the
+    // attempt, `seq`, `ingested_at`.
+    buf.push(0);
+    let buf = postcard::to_extend(attempt, buf).expect("attempts always encode");
     postcard::to_extend(&(seq, ingested_at), buf).expect("integers always encode")
 }
 
@@ -557,17 +529,16 @@ impl Ledger {
     /// Returns one [`WriteResult`] per record, in order. When this returns `Ok`, the batch is
     /// durable; on `Err` nothing of the batch was written.
     pub fn write_batch(&self, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
-        let prepared: Vec<Prepared> = batch.into_iter().map(Prepared::new).collect();
-        self.write_prepared(&prepared)
+        self.write_borrowed(&batch)
     }
 
-    /// [`Ledger::write_batch`] for records whose attempts were encoded beforehand, on another
-    /// thread ([`Prepared::new`]): what file ingest does, so that the writing thread only appends
-    /// `seq` and `ingested_at` to a new row's bytes. The batch is borrowed, so that the thread
-    /// that made it frees it (with mimalloc, a free on another thread costs more). A new attempt
-    /// whose key sorts above every key held is appended to the last block of rows without a
-    /// lookup ([`crate::attempt_store`]); any other looks up the row in force first.
-    pub fn write_prepared(&self, batch: &[Prepared]) -> Result<Vec<WriteResult>> {
+    /// [`Ledger::write_batch`] for a borrowed batch: what file ingest does, so that the thread
+    /// that made the records frees them (with mimalloc, a free on another thread costs more). A
+    /// new attempt's row value is encoded here, straight into a reused buffer (the parsing thread
+    /// is ingest's busier one). A new attempt whose key sorts above every key held is appended to
+    /// the last block of rows without a lookup ([`crate::attempt_store`]); any other looks up the
+    /// row in force first.
+    pub fn write_borrowed(&self, batch: &[Incoming]) -> Result<Vec<WriteResult>> {
         let now = now_micros();
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
@@ -592,7 +563,7 @@ impl Ledger {
             let held_last = rows.last_key()?;
             let mut greatest: Option<(&str, u32)> = held_last.as_ref().map(|(j, n)| (j.as_str(), *n));
 
-            for Prepared { incoming, encoded } in batch {
+            for incoming in batch {
                 let result = match incoming {
                     Incoming::Reject(reject) => {
                         next_reject += 1;
@@ -617,7 +588,7 @@ impl Ledger {
                         match held {
                             None => {
                                 next_seq += 1;
-                                value = finish_attempt(std::mem::take(&mut value), encoded, next_seq, now);
+                                value = attempt_value(std::mem::take(&mut value), attempt, next_seq, now);
                                 if above {
                                     rows.append(key.0, key.1, &value)?;
                                     greatest = Some(key);
@@ -878,34 +849,24 @@ mod tests {
     use super::*;
     use crate::parse::attempt_from_json;
 
-    /// A new row written from its [`Prepared`] bytes is byte for byte what encoding the whole
-    /// stored attempt gives: the chain's hashes and every reader depend on it.
+    /// A new row's value as the write encodes it is byte for byte what encoding the whole stored
+    /// attempt gives: the chain's hashes and every reader depend on it.
     #[test]
-    fn a_prepared_attempt_stores_the_same_bytes_as_the_whole_record_encoded() {
+    fn a_new_attempt_s_value_is_the_whole_record_encoded() {
         let lines = [
             r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}"#,
             r#"{"job_id":"job-ü","idem_key":"idem","attempt_no":2147483647,"lane":"paid","started_at":"2026-11-02T00:00:00.5+02:00","ended_at":"2026-11-02T00:01:00Z","outcome":"ok","tokens_in":500,"tokens_out":300,"artifact_id":"a","http_status":429,"provider_code":1305,"key_id":"k","pool_id":"p","model":"m","extra":{"x":[1,2]},"note":"n"}"#,
         ];
         for (i, line) in lines.iter().enumerate() {
             let attempt = attempt_from_json(line).unwrap();
-            let incoming = Incoming::Attempt {
-                source: "t".into(),
-                line: 1,
-                raw: line.to_string(),
-                attempt: attempt.clone(),
-            };
             for (seq, at) in [(1u64, 0i64), (300 + i as u64, 1_793_836_800_123_456), (u64::MAX, -5)] {
                 let whole = encode(&AttemptRecord::V1(StoredAttempt {
                     attempt: attempt.clone(),
                     seq,
                     ingested_at: at,
                 }));
-                let prepared = Prepared::new(incoming.clone());
-                assert_eq!(
-                    finish_attempt(Vec::new(), &prepared.encoded, seq, at),
-                    whole,
-                    "line {i} seq {seq}"
-                );
+                let reused = b"bytes of the row before".to_vec();
+                assert_eq!(attempt_value(reused, &attempt, seq, at), whole, "line {i} seq {seq}");
             }
         }
     }

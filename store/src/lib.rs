@@ -45,7 +45,7 @@ pub use decision::{
 };
 pub use error::{Error, Result};
 pub use ingest::{DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_reader};
-pub use ledger::{AttemptChunk, Counters, Incoming, Ledger, LedgerDb, Prepared, WriteResult, decode_attempt_ref};
+pub use ledger::{AttemptChunk, Counters, Incoming, Ledger, LedgerDb, WriteResult, decode_attempt_ref};
 pub use parse::{AttemptReader, Framed, InputFormat, LineReader, Parsed, RecordDecoder};
 pub use record::{Attempt, AttemptRef, Conflict, Lane, Outcome, Reject, StoredAttempt, StoredAttemptRef};
 pub use time::{format_timestamp, now_micros, parse_timestamp};
