@@ -38,6 +38,9 @@ pub struct ServerArgs {
     /// The largest request body in bytes, before and after gzip (413 past it).
     #[arg(long, default_value_t = 16 << 20)]
     pub body_limit: usize,
+    /// The most records one write request may hold (413 past it).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_records: usize,
     /// Seconds one request may take (408 past it).
     #[arg(long, default_value_t = 30.0)]
     pub request_timeout: f64,
@@ -57,6 +60,30 @@ pub struct ServerArgs {
     /// Write requests waiting for the writer before more are answered 503 with Retry-After.
     #[arg(long, default_value_t = 64)]
     pub write_queue: usize,
+    /// Requests that run SQL waiting for a turn (see --query-concurrency) before more are
+    /// answered 503 with Retry-After.
+    #[arg(long, default_value_t = 32)]
+    pub query_queue: usize,
+    /// Seconds a connection has to send a request's head, from its accept (the first request) or
+    /// from the previous answer; past it the connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a kept-alive connection with no request in flight stays open after its last answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub keep_alive_timeout: f64,
+    /// Seconds the server waits for the next part of a request body; past it the request fails
+    /// (400) and the connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub body_timeout: f64,
+    /// Open connections at most (lowered to fit the open-file limit); past it a new connection is
+    /// closed at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// `POST /v1/traces`: where a span carries no idempotency key (attribute
+    /// `laneledger.idem_key`), use its trace id, as `?idem_fallback=1` does per request. Each such
+    /// attempt says so in `attrs.idem_key_from`, and the review counts them.
+    #[arg(long)]
+    pub otlp_idem_fallback: bool,
 }
 
 /// Input formats for `ingest`.
@@ -66,14 +93,17 @@ pub enum FormatArg {
     Ndjson,
     /// A header row, then one record a row.
     Csv,
+    /// A SQLite database file holding a `job_attempt` ledger table (job_id, idem_key,
+    /// attempt_no, lane, started_at, …): one attempt a row.
+    Sqlite,
 }
 
 /// What an input file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KindArg {
-    /// Attempt records (SPEC 1.1, seed 000 `job_attempt`).
+    /// Attempt records (one a model call, the rows of `job_attempt`).
     Attempts,
-    /// Gate decisions (SPEC 1.2, seed 003).
+    /// Gate decisions (the dwell gate's admissions, the rows of `gate_decision`).
     Decisions,
 }
 
@@ -108,10 +138,10 @@ pub enum ExportFormatArg {
     Csv,
 }
 
-/// The drill's routing policy (seed 000).
+/// The drill's routing policy.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PolicyArg {
-    /// Pin + dedup: seed 000 `next_lane`.
+    /// Pin to paid after an ambiguous or permanent outcome, one idempotency key per job.
     Pin,
     /// Retry free, no pin.
     Nopin,
@@ -145,6 +175,24 @@ pub enum Command {
         /// The input format; by default `.csv` files are CSV and everything else NDJSON.
         #[arg(long, value_enum)]
         format: Option<FormatArg>,
+        /// With --format sqlite: the table to read (`job_attempt` by default).
+        #[arg(long)]
+        table: Option<String>,
+        /// Read a router's own log through a mapping: a built-in name (otlp, litellm,
+        /// litellm-spendlogs, openrouter, langfuse) or a mapping file (YAML). A folder is read as
+        /// its `.json`, `.ndjson`, `.jsonl`, `.csv` and `.parquet` files, in name order.
+        #[arg(long, value_name = "NAME|FILE.yaml")]
+        mapping: Option<String>,
+        /// With --mapping: where a record carries no idempotency key, use the request id the
+        /// mapping declares as its fallback (a trace id, a generation id). Each such attempt says
+        /// so in `attrs.idem_key_from`, and the review counts them: duplicates across client
+        /// retries cannot be seen through such a key.
+        #[arg(long)]
+        idem_fallback: bool,
+        /// With --mapping: write nothing; print, per attempt field, the share of records where
+        /// it was found, and the first mapped records.
+        #[arg(long)]
+        dry_run: bool,
         /// Records per write transaction, 1–1,000,000: each batch is one fsync'd commit, and a
         /// record is durable (and counted) once its batch has committed.
         #[arg(long, default_value_t = laneledger_store::DEFAULT_BATCH as u32,
@@ -166,11 +214,19 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: SqlFormat,
+        /// Seconds the statement may run; past it it is stopped and `sql` exits 5. 0: no limit.
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
+        /// Bytes of memory the SQL operators (sorts, joins, aggregates) may hold; a statement that
+        /// needs more fails with "resources exhausted" (exit 1).
+        #[arg(long, default_value_t = laneledger_query::session::QUERY_MEMORY_BYTES)]
+        memory: usize,
         /// The statement, e.g. "SELECT * FROM job_rollup LIMIT 5"; `-` reads it from stdin.
         #[arg(allow_hyphen_values = true)]
         sql: String,
     },
-    /// Print the weekly review: seed 000's drill table and alerts for one ISO week.
+    /// Print the weekly review of one ISO week: its alerts (the firing ones first), the drill
+    /// table beside the week before, and each audit's rows.
     Review {
         #[command(flatten)]
         db: DbArg,
@@ -180,7 +236,7 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "text")]
         format: ReviewFormat,
-        /// lane.yaml (thresholds, windows, key rests); the seeds' values when absent.
+        /// lane.yaml (thresholds, windows, key rests); the documented defaults when absent.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -193,17 +249,17 @@ pub enum Command {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
-        /// lane.yaml (thresholds, windows, key rests); the seeds' values when absent.
+        /// lane.yaml (thresholds, windows, key rests); the documented defaults when absent.
         #[arg(long)]
         config: Option<PathBuf>,
         #[command(flatten)]
         server: ServerArgs,
-        /// Run a retention sweep (SPEC 6) this often while serving: `90s`, `30m`, `1h`, `1d`;
+        /// Run a retention sweep this often while serving: `90s`, `30m`, `1h`, `1d`;
         /// `0` turns it off.
         #[arg(long, default_value = "1h", value_parser = parse_every)]
         retain_every: std::time::Duration,
     },
-    /// Remove finished jobs older than the retention window (SPEC 6), archiving them first when
+    /// Remove finished jobs older than the retention window, archiving them first when
     /// asked; each sweep that removes something leaves a `retention_sweep` row.
     Retain {
         #[command(flatten)]
@@ -240,7 +296,7 @@ pub enum Command {
         #[arg(long, hide = true)]
         now: Option<String>,
     },
-    /// Generate seed 000's drill as attempt NDJSON, synthetic or replaying a request trace.
+    /// Generate the lane drill as attempt NDJSON, synthetic or replaying a request trace.
     Drill {
         /// Jobs to generate (with --trace: at most this many trace rows; all by default).
         #[arg(long, required_unless_present = "trace")]
@@ -274,8 +330,10 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// Export the attempts (the `job_attempt` table) as files partitioned by UTC day of
-    /// started_at: OUT/day=YYYY-MM-DD/attempts.{parquet,arrow,csv}. A rerun into the same folder
-    /// overwrites its files. Exit 0 when written, 2 on a bad --since/--until, 1 on an I/O error.
+    /// started_at: OUT/day=YYYY-MM-DD/attempts.{parquet,arrow,csv}. Parquet also writes the
+    /// ledger's gate_decision (by UTC day of decided_at), week_snapshot and retention_sweep under
+    /// OUT/ledger/. A rerun into the same folder overwrites its files. Exit 0 when written, 2 on a
+    /// bad --since/--until or lane.yaml, 1 on an I/O error.
     Export {
         #[command(flatten)]
         db: DbArg,
@@ -292,6 +350,16 @@ pub enum Command {
         /// Only attempts that started before this time: RFC 3339, or YYYY-MM-DD for midnight UTC.
         #[arg(long)]
         until: Option<String>,
+        /// lane.yaml: its gate defaults fill the exported gate_decision where a decision logged
+        /// none, as in SQL; the documented defaults when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List the built-in mappings (routers' logs `ingest --mapping` reads), or print one as YAML
+    /// to copy and edit: `laneledger mappings litellm > my-litellm.yaml`.
+    Mappings {
+        /// The built-in mapping to print.
+        name: Option<String>,
     },
     /// Build a ledger from sample-data/ in a temporary folder and serve it (with
     /// sample-data/lane.yaml when there is one).

@@ -218,7 +218,7 @@ fn sql_refuses_writes_with_exit_2_and_review_prints_the_drill_table() {
         "tokens per accepted artifact            1,184.0      1,113.3",
         "duplicate artifacts                           0           21",
         "cross-lane retries per job                0.147        0.017",
-        "duplicate_artifacts_per_100_jobs       0.00  threshold > 1      PASS",
+        "duplicate_artifacts_per_100_jobs                 0.00  threshold > 1      PASS",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -494,6 +494,10 @@ fn export_tree(out: &Path) -> (Vec<String>, usize, u64) {
     let (mut folders, mut files, mut bytes) = (Vec::new(), 0, 0);
     for day in std::fs::read_dir(out).unwrap() {
         let day = day.unwrap();
+        // The ledger's tables of a Parquet export (ledger/TABLE/…), not attempts.
+        if day.file_name() == "ledger" {
+            continue;
+        }
         folders.push(day.file_name().to_str().unwrap().to_string());
         for f in std::fs::read_dir(day.path()).unwrap() {
             files += 1;
@@ -608,9 +612,21 @@ fn export_writes_day_folders_prints_its_summary_and_refuses_a_bad_range_with_exi
     let (folders, files, bytes) = export_tree(&out);
     assert_eq!(folders, days);
     assert_eq!(files, days.len());
+    // The ledger's tables: no decisions, no sweep, so two files with no rows.
+    let ledger_dir = out.join("ledger");
+    let ledger_bytes: u64 = [
+        "week_snapshot/week_snapshot.parquet",
+        "retention_sweep/retention_sweep.parquet",
+    ]
+    .iter()
+    .map(|f| std::fs::metadata(ledger_dir.join(f)).unwrap().len())
+    .sum();
+    assert_eq!(std::fs::read_dir(ledger_dir.join("gate_decision")).unwrap().count(), 0);
     let summary = format!(
-        "exported 422 rows, {} days, {files} files, {bytes} bytes to {out_s}\n",
-        days.len()
+        "exported 422 rows, {} days, {files} files, {bytes} bytes to {out_s}\nand the ledger's tables to {}: \
+         gate_decision 0 rows (0 files), week_snapshot 0 rows, retention_sweep 0 rows, {ledger_bytes} bytes\n",
+        days.len(),
+        ledger_dir.display()
     );
     assert_eq!(stdout(&o), summary);
     // A rerun overwrites the same files.
@@ -861,7 +877,7 @@ fn a_bad_lane_yaml_names_key_and_line_with_exit_2() {
         yaml.to_str().unwrap(),
     ]);
     assert!(
-        stdout(&o).contains("cross_lane_retries_per_job            0.147  threshold > 0.1    ALERT"),
+        stdout(&o).contains("cross_lane_retries_per_job                      0.147  threshold > 0.1    ALERT"),
         "{}",
         stdout(&o)
     );
@@ -934,7 +950,7 @@ fn serve_refuses_other_addresses_without_a_token_and_weak_tokens() {
         .env_remove("LANELEDGER_TOKEN")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("refusing to serve 0.0.0.0:0 without a token"),
         "{}",
@@ -945,14 +961,14 @@ fn serve_refuses_other_addresses_without_a_token_and_weak_tokens() {
         .env_remove("LANELEDGER_TOKEN")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--read-token needs a token"), "{}", stderr(&out));
     let out = bin()
         .args(["serve", "--db", db])
         .env("LANELEDGER_TOKEN", "short")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("the token in LANELEDGER_TOKEN: the token is 5 bytes long"),
         "{}",

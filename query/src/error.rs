@@ -35,6 +35,10 @@ pub enum Error {
     /// Writing a retention sweep's archive failed; nothing was removed.
     #[error("archiving the sweep: {0}")]
     Archive(String),
+    /// The statement panicked inside DataFusion (the SQL threads caught it; the process goes
+    /// on). Holds the panic's message.
+    #[error("the statement failed: it stopped on an internal error ({0}); the details are in the log")]
+    Panicked(String),
     /// A scan's worker thread failed outside the ledger (a panic or a closed channel).
     #[error("internal: {0}")]
     Internal(String),

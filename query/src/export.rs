@@ -8,6 +8,17 @@
 //! folder, synced, then renamed over the old one, so a rerun into the same folder overwrites its
 //! files and a rerun after a crash converges. Days that have no rows this time are left alone.
 //!
+//! A Parquet export also writes the ledger's own tables that the views over the attempts need
+//! elsewhere (`weekly_metrics`, `gate_weekly`), under [`LEDGER_DIR`], out of reach of a reader of
+//! the attempts (`OUT/day=*/*.parquet`, or `OUT/*/*.parquet`, lists none of them):
+//! `OUT/ledger/gate_decision/day=YYYY-MM-DD/gate_decision.parquet` (one file a UTC day of
+//! `decided_at`, same `--since`/`--until` bounds on `decided_at`; the folder is created even when
+//! no decision is in range, so that it says "none"), `OUT/ledger/week_snapshot/week_snapshot.parquet`
+//! and `OUT/ledger/retention_sweep/retention_sweep.parquet` (whole tables, one file each, written
+//! even when empty). Columns and types are the SQL tables' ([`crate::gate_decision::schema`],
+//! [`crate::retention::week_snapshot_schema`], [`crate::retention::sweep_schema`]). Arrow and CSV
+//! exports write the attempts only.
+//!
 //! The retention sweep (SPEC 6 `--archive DIR`) archives what it removes with
 //! [`write_attempts_named`], one file name per sweep, so that sweeps never overwrite each other.
 //!
@@ -27,13 +38,23 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use datafusion::arrow::array::RecordBatch;
-use laneledger_store::{Ledger, StoredAttempt};
+use datafusion::arrow::datatypes::SchemaRef;
+use laneledger_store::{Ledger, StoredAttempt, StoredDecision};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 use crate::error::{Error, ExportWriteError, Result};
+use crate::gate_decision::{self, GateDefaults};
 use crate::job_attempt::{self, Batcher};
+
+/// The folder, under a Parquet export's output folder, that holds the ledger's own tables:
+/// `OUT/ledger/TABLE/…` for each of [`LEDGER_TABLES`].
+pub const LEDGER_DIR: &str = "ledger";
+
+/// The ledger tables a Parquet export writes under [`LEDGER_DIR`], in this order: `gate_decision`
+/// (one file a UTC day of `decided_at`), `week_snapshot` and `retention_sweep` (one file each).
+pub const LEDGER_TABLES: [&str; 3] = ["gate_decision", "week_snapshot", "retention_sweep"];
 
 /// The file name (without extension) [`export`] and [`write_attempts`] give each day's file.
 pub const DEFAULT_FILE_STEM: &str = "attempts";
@@ -82,6 +103,22 @@ pub struct ExportedFile {
     pub bytes: u64,
 }
 
+/// One ledger table an export wrote under [`LEDGER_DIR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedTable {
+    /// The table: one of [`LEDGER_TABLES`].
+    pub table: &'static str,
+    /// Its folder: `OUT/ledger/TABLE`.
+    pub dir: PathBuf,
+    /// Rows written.
+    pub rows: u64,
+    /// Bytes written, all its files together.
+    pub bytes: u64,
+    /// Its files: one a day for `gate_decision` (in day order, none when no decision is in
+    /// range), one for the others.
+    pub files: Vec<PathBuf>,
+}
+
 /// What an export wrote: totals, and every file in day order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportSummary {
@@ -95,19 +132,47 @@ pub struct ExportSummary {
     pub bytes: u64,
     /// The files, in day order.
     pub files: Vec<ExportedFile>,
+    /// The ledger tables written under [`LEDGER_DIR`] (Parquet exports only; empty otherwise).
+    pub tables: Vec<ExportedTable>,
 }
 
 impl std::fmt::Display for ExportSummary {
-    /// `exported 422 rows, 5 days, 5 files, 61234 bytes to OUT`.
+    /// `exported 422 rows, 5 days, 5 files, 61234 bytes to OUT`; for a Parquet export, a second
+    /// line: `and the ledger's tables to OUT/ledger: gate_decision 41 rows (2 files),
+    /// week_snapshot 0 rows, retention_sweep 0 rows, 9876 bytes`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "exported {} rows, {} days, {} files, {} bytes to {}",
-            self.rows,
-            self.days,
-            self.files.len(),
-            self.bytes,
+            "exported {}, {}, {}, {} to {}",
+            crate::words::counted(self.rows, "row", "rows"),
+            crate::words::counted(self.days as u64, "day", "days"),
+            crate::words::counted(self.files.len() as u64, "file", "files"),
+            crate::words::counted(self.bytes, "byte", "bytes"),
             self.out.display()
+        )?;
+        if self.tables.is_empty() {
+            return Ok(());
+        }
+        let parts: Vec<String> = self
+            .tables
+            .iter()
+            .map(|t| {
+                let rows = crate::words::counted(t.rows, "row", "rows");
+                if t.table == "gate_decision" {
+                    let files = crate::words::counted(t.files.len() as u64, "file", "files");
+                    format!("{} {rows} ({files})", t.table)
+                } else {
+                    format!("{} {rows}", t.table)
+                }
+            })
+            .collect();
+        let bytes: u64 = self.tables.iter().map(|t| t.bytes).sum();
+        write!(
+            f,
+            "\nand the ledger's tables to {}: {}, {}",
+            self.out.join(LEDGER_DIR).display(),
+            parts.join(", "),
+            crate::words::counted(bytes, "byte", "bytes")
         )
     }
 }
@@ -154,6 +219,24 @@ pub fn export(
     since: Option<i64>,
     until: Option<i64>,
 ) -> Result<ExportSummary> {
+    export_with(ledger, format, out, since, until, &GateDefaults::default())
+}
+
+/// [`export`], with the `lane.yaml` gate defaults (`gate.max_queue_age_s`,
+/// `gate.reserved_service_s`) that `gate_decision` shows where a decision logged none, as the
+/// ledger's SQL session does. A Parquet export also writes the ledger's tables under
+/// [`LEDGER_DIR`] (see the module's documentation); the decisions take the same bounds, on
+/// `decided_at`.
+///
+/// Errors: as [`export`].
+pub fn export_with(
+    ledger: &Ledger,
+    format: ExportFormat,
+    out: &Path,
+    since: Option<i64>,
+    until: Option<i64>,
+    gate: &GateDefaults,
+) -> Result<ExportSummary> {
     if let (Some(s), Some(u)) = (since, until)
         && s >= u
     {
@@ -172,7 +255,100 @@ pub fn export(
         }
     })?;
     pushed?;
-    days.write(format, out, DEFAULT_FILE_STEM)
+    let mut summary = days.write(format, out, DEFAULT_FILE_STEM)?;
+    if format == ExportFormat::Parquet {
+        summary.tables = write_ledger_tables(ledger, out, &in_range, gate)?;
+    }
+    Ok(summary)
+}
+
+/// Writes [`LEDGER_TABLES`] under `out/ledger` as Parquet: the decisions whose `decided_at` is
+/// `in_range`, one file a UTC day; every week snapshot and every sweep, one file each.
+fn write_ledger_tables(
+    ledger: &Ledger,
+    out: &Path,
+    in_range: &dyn Fn(i64) -> bool,
+    gate: &GateDefaults,
+) -> Result<Vec<ExportedTable>> {
+    let mut decisions: BTreeMap<NaiveDate, Vec<StoredDecision>> = BTreeMap::new();
+    let mut bad = None;
+    ledger.for_each_decision(|d| {
+        if !in_range(d.decision.decided_at) {
+            return;
+        }
+        match day_of(d.decision.decided_at) {
+            Some(day) => decisions.entry(day).or_default().push(d),
+            None => {
+                bad.get_or_insert((d.decision.job_id.clone(), d.decision.decided_at));
+            }
+        }
+    })?;
+    if let Some((job_id, at)) = bad {
+        return Err(Error::Execution(datafusion::error::DataFusionError::Execution(
+            format!("decision of job {job_id}: decided_at {at} µs is outside the calendar"),
+        )));
+    }
+    let root = out.join(LEDGER_DIR);
+    let mut tables = Vec::with_capacity(LEDGER_TABLES.len());
+
+    let dir = root.join("gate_decision");
+    // Created even when no decision is in range: the folder then says "no decisions".
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Export {
+        path: dir.clone(),
+        source: e.into(),
+    })?;
+    let mut table = ExportedTable {
+        table: "gate_decision",
+        dir: dir.clone(),
+        rows: 0,
+        bytes: 0,
+        files: Vec::with_capacity(decisions.len()),
+    };
+    let schema = gate_decision::schema();
+    for (day, rows) in decisions {
+        let batches = gate_decision::to_batches(&rows, gate)?;
+        let day_dir = dir.join(format!("day={day}"));
+        let path = day_dir.join("gate_decision.parquet");
+        let bytes =
+            write_file(&day_dir, &path, ExportFormat::Parquet, &schema, &batches).map_err(|source| Error::Export {
+                path: path.clone(),
+                source,
+            })?;
+        table.rows += rows.len() as u64;
+        table.bytes += bytes;
+        table.files.push(path);
+    }
+    tables.push(table);
+
+    let whole: [(&'static str, SchemaRef, Vec<RecordBatch>); 2] = [
+        (
+            "week_snapshot",
+            crate::retention::week_snapshot_schema(),
+            crate::retention::scan_week_snapshots(ledger)?,
+        ),
+        (
+            "retention_sweep",
+            crate::retention::sweep_schema(),
+            crate::retention::scan_sweeps(ledger)?,
+        ),
+    ];
+    for (name, schema, batches) in whole {
+        let dir = root.join(name);
+        let path = dir.join(format!("{name}.parquet"));
+        let bytes =
+            write_file(&dir, &path, ExportFormat::Parquet, &schema, &batches).map_err(|source| Error::Export {
+                path: path.clone(),
+                source,
+            })?;
+        tables.push(ExportedTable {
+            table: name,
+            dir,
+            rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+            bytes,
+            files: vec![path],
+        });
+    }
+    Ok(tables)
 }
 
 /// Writes `attempts` into `out` as [`export`] does, one `DEFAULT_FILE_STEM` file a UTC day of
@@ -253,13 +429,15 @@ impl DayBatchers {
             days: self.days.len(),
             bytes: 0,
             files: Vec::with_capacity(self.days.len()),
+            tables: Vec::new(),
         };
+        let schema = job_attempt::schema();
         for (day, batcher) in self.days {
             let rows = batcher.rows() as u64;
             let batches = batcher.finish()?;
             let dir = out.join(format!("day={day}"));
             let path = dir.join(format!("{file_stem}.{}", format.extension()));
-            let bytes = write_file(&dir, &path, format, &batches).map_err(|source| Error::Export {
+            let bytes = write_file(&dir, &path, format, &schema, &batches).map_err(|source| Error::Export {
                 path: path.clone(),
                 source,
             })?;
@@ -271,19 +449,20 @@ impl DayBatchers {
     }
 }
 
-/// Writes `batches` to `path` (in folder `dir`) through a hidden temp file and a rename;
-/// returns the file's size in bytes.
+/// Writes `batches` (of `schema`) to `path` (in folder `dir`) through a hidden temp file and a
+/// rename; returns the file's size in bytes.
 fn write_file(
     dir: &Path,
     path: &Path,
     format: ExportFormat,
+    schema: &SchemaRef,
     batches: &[RecordBatch],
 ) -> std::result::Result<u64, ExportWriteError> {
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(DEFAULT_FILE_STEM);
     remove_stale_temps(dir, name)?;
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = write_tmp(&tmp, format, batches).and_then(|()| {
+    let written = write_tmp(&tmp, format, schema, batches).and_then(|()| {
         std::fs::rename(&tmp, path)?;
         sync_dir(dir)?;
         Ok(std::fs::metadata(path)?.len())
@@ -296,20 +475,24 @@ fn write_file(
 }
 
 /// Writes and syncs the temp file.
-fn write_tmp(tmp: &Path, format: ExportFormat, batches: &[RecordBatch]) -> std::result::Result<(), ExportWriteError> {
+fn write_tmp(
+    tmp: &Path,
+    format: ExportFormat,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> std::result::Result<(), ExportWriteError> {
     let file = BufWriter::new(File::create(tmp)?);
-    let schema = job_attempt::schema();
     let file = match format {
         ExportFormat::Parquet => {
             let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-            let mut w = ArrowWriter::try_new(file, schema, Some(props))?;
+            let mut w = ArrowWriter::try_new(file, schema.clone(), Some(props))?;
             for b in batches {
                 w.write(b)?;
             }
             w.into_inner()?
         }
         ExportFormat::Arrow => {
-            let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema)?;
+            let mut w = arrow::ipc::writer::FileWriter::try_new(file, schema)?;
             for b in batches {
                 w.write(b)?;
             }

@@ -109,18 +109,16 @@ fn week_from_row(b: &RecordBatch, row: usize) -> GateWeek {
 /// Seed 003's alert for one week: `free_admit_miss_rate` against `thresholds` (above fires; no
 /// free admits is "no data").
 pub fn gate_alert(w: &GateWeek, thresholds: &GateThresholds) -> AlertCheck {
-    let threshold = thresholds.free_admit_miss_rate;
-    let state = match w.free_admit_miss_rate {
-        None => AlertState::NoData,
-        Some(v) if v > threshold => AlertState::Alert,
-        Some(_) => AlertState::Pass,
-    };
-    AlertCheck {
-        metric: "free_admit_miss_rate",
-        value: w.free_admit_miss_rate,
-        threshold,
-        state,
-    }
+    crate::metrics::check(
+        "free_admit_miss_rate",
+        w.free_admit_miss_rate,
+        thresholds.free_admit_miss_rate,
+        format!(
+            "{} of {} free admits missed their slack",
+            format_count(w.free_admit_misses),
+            format_count(w.admit_free)
+        ),
+    )
 }
 
 /// The SQL behind the gate weeks list (also shown on the site).
@@ -178,7 +176,7 @@ impl GateReview {
             ("  ÷ defers", ratio(|w| w.defers_that_fit_reserved_rate)),
             ("reserved that fit free, no tax", count(|w| w.reserved_that_fit_free)),
             ("  ÷ reserved shifts", ratio(|w| w.reserved_that_fit_free_rate)),
-            ("decisions ≠ decide_safe", count(|w| w.decision_mismatches)),
+            ("decisions ≠ the safe decision", count(|w| w.decision_mismatches)),
         ];
         for (name, (now, before)) in rows {
             s += &format!("{name:<34} {now:>12} {before:>12}\n");

@@ -21,12 +21,15 @@
 
 pub mod attempt_conflict;
 pub mod audits;
+pub mod bounded_strings;
 mod cache_lock;
 pub mod decision_conflict;
 pub mod error;
+pub mod executor;
 pub mod export;
 pub mod gate_decision;
 pub mod gate_metrics;
+pub mod hints;
 pub mod idem_artifacts;
 pub mod ingest_reject;
 pub mod job_attempt;
@@ -35,15 +38,19 @@ pub mod job_week;
 pub mod ledger_table;
 pub mod metrics;
 pub mod output;
+pub mod parquet_source;
 pub mod retention;
 pub mod sections;
 pub mod session;
 pub mod sqlite_sum;
+pub mod stop;
 pub mod views;
 pub mod week_rollup;
+pub mod words;
 
 pub use error::{Error, ExportWriteError, Result};
-pub use export::{ExportFormat, ExportSummary, ExportedFile};
+pub use executor::Executor;
+pub use export::{ExportFormat, ExportSummary, ExportedFile, ExportedTable};
 pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
 pub use output::{OutputFormat, format_result, text_cells, text_table};

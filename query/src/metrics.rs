@@ -1,5 +1,6 @@
-//! The weekly review: seed 000's drill table for one ISO week (SPEC 4), with seed 000's two alert
-//! thresholds marked pass or alert, and the change from the week before.
+//! The weekly review: seed 000's drill table for one ISO week (SPEC 4), with an alert for each
+//! audit (seed 000's two thresholds, one per audit section of the review, seed 003's gate) marked
+//! pass or alert, and the change from the week before.
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Float64Type, Int64Type, TimestampMicrosecondType};
@@ -8,30 +9,138 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::session::Session;
 
-/// Seed 000's alert thresholds (`lane.yaml` `alerts`): an alert fires when the value is above.
+/// The alert thresholds (`lane.yaml` `alerts`): an alert fires when the week's value is above.
+/// Seed 000 gives the first two; the others are one per audit of the review.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Thresholds {
     /// `alerts.cross_lane_retries_per_job`: 0.20 (a ratio of jobs).
     pub cross_lane_retries_per_job: f64,
     /// `alerts.duplicate_artifacts_per_100_jobs`: 1 (duplicates per 100 jobs).
     pub duplicate_artifacts_per_100_jobs: f64,
+    /// `alerts.lane_policy_violations_per_100_jobs`: 1.
+    pub lane_policy_violations_per_100_jobs: f64,
+    /// `alerts.late_duplicates_per_100_jobs`: 0.
+    pub late_duplicates_per_100_jobs: f64,
+    /// `alerts.refusals_per_100_attempts`: 50.
+    pub refusals_per_100_attempts: f64,
+    /// `alerts.same_key_retries_per_100_refusals`: 0.
+    pub same_key_retries_per_100_refusals: f64,
+    /// `alerts.key_rest_violations_per_100_keyed_attempts`: 1.
+    pub key_rest_violations_per_100_keyed_attempts: f64,
+    /// `alerts.pool_overload_episodes_per_week`: 0.
+    pub pool_overload_episodes_per_week: f64,
+    /// `alerts.jobs_past_attempt_bound_per_100_jobs`: 0.
+    pub jobs_past_attempt_bound_per_100_jobs: f64,
+    /// `alerts.outcome_mismatches_per_100_refusals`: 0.
+    pub outcome_mismatches_per_100_refusals: f64,
+    /// `alerts.gate_decision_mismatches_per_100_decisions`: 0.
+    pub gate_decision_mismatches_per_100_decisions: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Thresholds {
-            cross_lane_retries_per_job: 0.20,
-            duplicate_artifacts_per_100_jobs: 1.0,
-        }
+        Thresholds::from(&laneledger_store::LaneConfig::default())
     }
 }
 
 impl From<&laneledger_store::LaneConfig> for Thresholds {
     /// lane.yaml's `alerts` section.
     fn from(c: &laneledger_store::LaneConfig) -> Self {
+        let a = &c.alerts;
         Thresholds {
-            cross_lane_retries_per_job: c.alerts.cross_lane_retries_per_job,
-            duplicate_artifacts_per_100_jobs: c.alerts.duplicate_artifacts_per_100_jobs,
+            cross_lane_retries_per_job: a.cross_lane_retries_per_job,
+            duplicate_artifacts_per_100_jobs: a.duplicate_artifacts_per_100_jobs,
+            lane_policy_violations_per_100_jobs: a.lane_policy_violations_per_100_jobs,
+            late_duplicates_per_100_jobs: a.late_duplicates_per_100_jobs,
+            refusals_per_100_attempts: a.refusals_per_100_attempts,
+            same_key_retries_per_100_refusals: a.same_key_retries_per_100_refusals,
+            key_rest_violations_per_100_keyed_attempts: a.key_rest_violations_per_100_keyed_attempts,
+            pool_overload_episodes_per_week: a.pool_overload_episodes_per_week,
+            jobs_past_attempt_bound_per_100_jobs: a.jobs_past_attempt_bound_per_100_jobs,
+            outcome_mismatches_per_100_refusals: a.outcome_mismatches_per_100_refusals,
+            gate_decision_mismatches_per_100_decisions: a.gate_decision_mismatches_per_100_decisions,
+        }
+    }
+}
+
+/// One week's counts from the audit tables, the numerators and denominators of the audits'
+/// alerts (jobs and attempts come from [`WeekMetrics`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AuditCounts {
+    /// Distinct jobs with a row in `lane_policy_violation`.
+    pub lane_policy_jobs: i64,
+    /// Rows of `duplicate_reconciliation` whose class is `window too short`.
+    pub late_duplicates: i64,
+    /// Refused attempts (Σ `refusal_by_kind.attempts`).
+    pub refusals: i64,
+    /// Rows of `same_key_retry`.
+    pub same_key_retries: i64,
+    /// Rows of `key_rest_violation`.
+    pub key_rest_violations: i64,
+    /// Attempts that name a `key_id`.
+    pub keyed_attempts: i64,
+    /// Rows of `pool_overload_episode`.
+    pub overload_episodes: i64,
+    /// Rows of `attempt_bound_exceeded` (one a job).
+    pub jobs_past_bound: i64,
+    /// Rows of `outcome_mismatch`.
+    pub outcome_mismatches: i64,
+}
+
+/// The queries behind [`AuditCounts`]: (field, SQL with `{where}` for the week filter, which is
+/// empty or `AND iso_week = '…'`). Each answers `iso_week, n`.
+const AUDIT_COUNT_SQL: [(&str, &str); 9] = [
+    (
+        "lane_policy_jobs",
+        "SELECT iso_week, COUNT(DISTINCT job_id) AS n FROM lane_policy_violation WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "late_duplicates",
+        "SELECT iso_week, COUNT(*) AS n FROM duplicate_reconciliation WHERE class = 'window too short' {where} GROUP BY iso_week",
+    ),
+    (
+        "refusals",
+        "SELECT iso_week, CAST(SUM(attempts) AS BIGINT) AS n FROM refusal_by_kind WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "same_key_retries",
+        "SELECT iso_week, COUNT(*) AS n FROM same_key_retry WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "key_rest_violations",
+        "SELECT iso_week, COUNT(*) AS n FROM key_rest_violation WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "keyed_attempts",
+        "SELECT w.iso_week AS iso_week, COUNT(a.key_id) AS n FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE TRUE {where} GROUP BY w.iso_week",
+    ),
+    (
+        "overload_episodes",
+        "SELECT iso_week, COUNT(*) AS n FROM pool_overload_episode WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "jobs_past_bound",
+        "SELECT iso_week, COUNT(*) AS n FROM attempt_bound_exceeded WHERE TRUE {where} GROUP BY iso_week",
+    ),
+    (
+        "outcome_mismatches",
+        "SELECT iso_week, COUNT(*) AS n FROM outcome_mismatch WHERE TRUE {where} GROUP BY iso_week",
+    ),
+];
+
+impl AuditCounts {
+    fn set(&mut self, field: &str, n: i64) {
+        match field {
+            "lane_policy_jobs" => self.lane_policy_jobs = n,
+            "late_duplicates" => self.late_duplicates = n,
+            "refusals" => self.refusals = n,
+            "same_key_retries" => self.same_key_retries = n,
+            "key_rest_violations" => self.key_rest_violations = n,
+            "keyed_attempts" => self.keyed_attempts = n,
+            "overload_episodes" => self.overload_episodes = n,
+            "jobs_past_bound" => self.jobs_past_bound = n,
+            "outcome_mismatches" => self.outcome_mismatches = n,
+            _ => {}
         }
     }
 }
@@ -96,14 +205,73 @@ impl AlertState {
 /// One metric checked against its threshold.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AlertCheck {
-    /// The seed's metric name, e.g. `cross_lane_retries_per_job`.
+    /// The metric's name, also its `lane.yaml` key and (prefixed `laneledger_`) its `/metrics`
+    /// gauge, e.g. `same_key_retries_per_100_refusals`.
     pub metric: &'static str,
+    /// The metric in words, e.g. `same-key retries per 100 refusals`.
+    pub label: &'static str,
     /// This week's value.
     pub value: Option<f64>,
     /// The threshold; the alert fires above it.
     pub threshold: f64,
     /// Pass, alert or no data.
     pub state: AlertState,
+    /// The counts behind the value, in words: `3 retries on the key that had just refused, of
+    /// 30 refused attempts`.
+    pub detail: String,
+    /// The id of the review section that lists the rows behind it (an anchor on the week page).
+    pub section: &'static str,
+}
+
+/// A metric's words and the review section behind it.
+pub fn alert_label(metric: &str) -> (&'static str, &'static str) {
+    match metric {
+        "cross_lane_retries_per_job" => ("cross-lane retries per job", "drill"),
+        "duplicate_artifacts_per_100_jobs" => ("duplicate artifacts per 100 jobs", "drill"),
+        "lane_policy_violations_per_100_jobs" => (
+            "jobs with a lane policy violation per 100 jobs",
+            "lane_policy_violation",
+        ),
+        "late_duplicates_per_100_jobs" => (
+            "duplicates past the reconcile window per 100 jobs",
+            "duplicate_reconciliation",
+        ),
+        "refusals_per_100_attempts" => ("refused attempts per 100 attempts", "refusal_by_kind"),
+        "same_key_retries_per_100_refusals" => (
+            "retries on the key that just refused, per 100 refusals",
+            "same_key_retry",
+        ),
+        "key_rest_violations_per_100_keyed_attempts" => (
+            "keys used inside their rest, per 100 keyed attempts",
+            "key_rest_violation",
+        ),
+        "pool_overload_episodes_per_week" => ("pool overload episodes in the week", "pool_overload_episode"),
+        "jobs_past_attempt_bound_per_100_jobs" => {
+            ("jobs past the attempt bound per 100 jobs", "attempt_bound_exceeded")
+        }
+        "outcome_mismatches_per_100_refusals" => (
+            "outcomes that contradict the refusal, per 100 refusals",
+            "outcome_mismatch",
+        ),
+        "free_admit_miss_rate" => (
+            "free admits that missed their slack (freeze the dwell gate)",
+            "gate_ratios",
+        ),
+        "gate_decision_mismatches_per_100_decisions" => (
+            "gate decisions unlike the safe decision, per 100 decisions",
+            "gate_decision_mismatch",
+        ),
+        _ => ("alert", "drill"),
+    }
+}
+
+/// Decimals a metric's value is shown with (in `review`, on the pages).
+pub fn alert_decimals(metric: &str) -> usize {
+    match metric {
+        "cross_lane_retries_per_job" | "free_admit_miss_rate" => 3,
+        "pool_overload_episodes_per_week" => 0,
+        _ => 2,
+    }
 }
 
 /// The review of one ISO week.
@@ -113,38 +281,181 @@ pub struct WeekReview {
     pub week: WeekMetrics,
     /// The figures of the week before it that has data, if any.
     pub previous: Option<WeekMetrics>,
-    /// Seed 000's two alerts, then seed 003's free-admit miss rate when the week has gate decisions.
+    /// Every alert of the week, in a fixed order ([`week_alerts`]); red ones are those whose
+    /// state is [`AlertState::Alert`].
     pub alerts: Vec<AlertCheck>,
 }
 
-fn check(metric: &'static str, value: Option<f64>, threshold: f64) -> AlertCheck {
+impl WeekReview {
+    /// The alerts that fire this week, in order.
+    pub fn firing(&self) -> impl Iterator<Item = &AlertCheck> {
+        self.alerts.iter().filter(|a| a.state == AlertState::Alert)
+    }
+}
+
+/// `metric` checked against `threshold`: above fires, no value is "no data".
+pub(crate) fn check(metric: &'static str, value: Option<f64>, threshold: f64, detail: String) -> AlertCheck {
     let state = match value {
         None => AlertState::NoData,
         Some(v) if v > threshold => AlertState::Alert,
         Some(_) => AlertState::Pass,
     };
+    let (label, section) = alert_label(metric);
     AlertCheck {
         metric,
+        label,
         value,
         threshold,
         state,
+        detail,
+        section,
     }
 }
 
-/// Seed 000's alerts for one week's figures.
+/// 100 × `n` ÷ `of`; `None` when `of` is 0.
+fn per_100(n: i64, of: i64) -> Option<f64> {
+    (of > 0).then(|| 100.0 * n as f64 / of as f64)
+}
+
+/// Seed 000's two alerts for one week's figures.
 pub fn alerts(m: &WeekMetrics, t: &Thresholds) -> Vec<AlertCheck> {
     vec![
         check(
             "cross_lane_retries_per_job",
             m.cross_lane_retries_per_job,
             t.cross_lane_retries_per_job,
+            format!(
+                "{} of {} jobs had attempts on both lanes",
+                format_count(m.cross_lane_jobs),
+                format_count(m.jobs)
+            ),
         ),
         check(
             "duplicate_artifacts_per_100_jobs",
             m.duplicate_artifacts_per_100_jobs,
             t.duplicate_artifacts_per_100_jobs,
+            format!(
+                "{} duplicate artifacts in {} jobs",
+                format_count(m.duplicate_artifacts),
+                format_count(m.jobs)
+            ),
         ),
     ]
+}
+
+/// The audits' alerts for one week: its figures `m` and its audit counts `c`.
+pub fn audit_alerts(m: &WeekMetrics, c: &AuditCounts, t: &Thresholds) -> Vec<AlertCheck> {
+    let attempts = m.free_attempts + m.paid_attempts;
+    let n = format_count;
+    vec![
+        check(
+            "lane_policy_violations_per_100_jobs",
+            per_100(c.lane_policy_jobs, m.jobs),
+            t.lane_policy_violations_per_100_jobs,
+            format!(
+                "{} of {} jobs had an attempt on the wrong lane",
+                n(c.lane_policy_jobs),
+                n(m.jobs)
+            ),
+        ),
+        check(
+            "late_duplicates_per_100_jobs",
+            per_100(c.late_duplicates, m.jobs),
+            t.late_duplicates_per_100_jobs,
+            format!(
+                "{} duplicate artifacts came after the reconcile window, in {} jobs",
+                n(c.late_duplicates),
+                n(m.jobs)
+            ),
+        ),
+        check(
+            "refusals_per_100_attempts",
+            per_100(c.refusals, attempts),
+            t.refusals_per_100_attempts,
+            format!("{} of {} attempts were refused", n(c.refusals), n(attempts)),
+        ),
+        check(
+            "same_key_retries_per_100_refusals",
+            per_100(c.same_key_retries, c.refusals),
+            t.same_key_retries_per_100_refusals,
+            format!(
+                "{} retries went to the key that had just refused, of {} refused attempts",
+                n(c.same_key_retries),
+                n(c.refusals)
+            ),
+        ),
+        check(
+            "key_rest_violations_per_100_keyed_attempts",
+            per_100(c.key_rest_violations, c.keyed_attempts),
+            t.key_rest_violations_per_100_keyed_attempts,
+            format!(
+                "{} uses of a key inside its rest, of {} attempts that name a key",
+                n(c.key_rest_violations),
+                n(c.keyed_attempts)
+            ),
+        ),
+        check(
+            "pool_overload_episodes_per_week",
+            Some(c.overload_episodes as f64),
+            t.pool_overload_episodes_per_week,
+            match c.overload_episodes {
+                1 => "1 pool overload episode".to_string(),
+                e => format!("{} pool overload episodes", n(e)),
+            },
+        ),
+        check(
+            "jobs_past_attempt_bound_per_100_jobs",
+            per_100(c.jobs_past_bound, m.jobs),
+            t.jobs_past_attempt_bound_per_100_jobs,
+            format!(
+                "{} of {} jobs went past the attempt bound",
+                n(c.jobs_past_bound),
+                n(m.jobs)
+            ),
+        ),
+        check(
+            "outcome_mismatches_per_100_refusals",
+            per_100(c.outcome_mismatches, c.refusals),
+            t.outcome_mismatches_per_100_refusals,
+            format!(
+                "{} outcomes contradict the refusal's code, of {} refused attempts",
+                n(c.outcome_mismatches),
+                n(c.refusals)
+            ),
+        ),
+    ]
+}
+
+/// The gate's alert on decisions that differ from the safe decision, for a week with decisions.
+pub fn gate_mismatch_alert(g: &crate::GateWeek, t: &Thresholds) -> AlertCheck {
+    check(
+        "gate_decision_mismatches_per_100_decisions",
+        per_100(g.decision_mismatches, g.decisions),
+        t.gate_decision_mismatches_per_100_decisions,
+        format!(
+            "{} of {} gate decisions differ from the safe decision",
+            format_count(g.decision_mismatches),
+            format_count(g.decisions)
+        ),
+    )
+}
+
+/// Every alert of one week, in the review's order: seed 000's two, the audits', then the gate's
+/// two when the week has gate decisions (`gate`).
+pub fn week_alerts(
+    m: &WeekMetrics,
+    c: &AuditCounts,
+    gate: Option<&crate::GateWeek>,
+    t: &Thresholds,
+    gate_t: &crate::GateThresholds,
+) -> Vec<AlertCheck> {
+    let mut out = alerts(m, t);
+    out.extend(audit_alerts(m, c, t));
+    if let Some(g) = gate {
+        out.push(crate::gate_metrics::gate_alert(g, gate_t));
+        out.push(gate_mismatch_alert(g, t));
+    }
+    out
 }
 
 /// Checks an ISO week label `YYYY-Www` (W01–W53, and a week that exists in that year).
@@ -297,16 +608,60 @@ impl Session {
     /// the ledger holds no job whose first attempt falls in it (or holds no attempt at all).
     pub async fn review(&self, week: Option<&str>, thresholds: &Thresholds) -> Result<WeekReview> {
         let (m, previous) = pick_week(&self.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
-        let mut alerts = alerts(&m, thresholds);
-        // Seed 003's freeze alert, when gate decisions were logged that week.
-        if let Some(g) = self.gate_weeks().await?.iter().find(|g| g.iso_week == m.iso_week) {
-            alerts.push(crate::gate_metrics::gate_alert(g, &self.gate_thresholds()));
-        }
+        let counts = self.audit_counts(Some(&m.iso_week)).await?;
+        let counts = counts.get(&m.iso_week).copied().unwrap_or_default();
+        let gate_weeks = self.gate_weeks().await?;
+        let gate = gate_weeks.iter().find(|g| g.iso_week == m.iso_week);
+        let alerts = week_alerts(&m, &counts, gate, thresholds, &self.gate_thresholds());
         Ok(WeekReview {
             alerts,
             previous,
             week: m,
         })
+    }
+
+    /// Every week's alerts, oldest first (the weeks index): one count query per audit over
+    /// every week, remembered until the next write.
+    pub async fn alerts_by_week(&self, thresholds: &Thresholds) -> Result<Vec<(String, Vec<AlertCheck>)>> {
+        let weeks = self.weeks().await?;
+        let counts = self.audit_counts(None).await?;
+        let gate_weeks = self.gate_weeks().await?;
+        let gate_t = self.gate_thresholds();
+        Ok(weeks
+            .iter()
+            .map(|m| {
+                let c = counts.get(&m.iso_week).copied().unwrap_or_default();
+                let g = gate_weeks.iter().find(|g| g.iso_week == m.iso_week);
+                (m.iso_week.clone(), week_alerts(m, &c, g, thresholds, &gate_t))
+            })
+            .collect())
+    }
+
+    /// The audit counts of `week`, or of every week when `None`, by ISO week label.
+    pub async fn audit_counts(&self, week: Option<&str>) -> Result<std::collections::HashMap<String, AuditCounts>> {
+        if let Some(w) = week {
+            parse_iso_week(w)?;
+        }
+        let key = format!("audit_counts:{}", week.unwrap_or("*"));
+        self.memo(key, || async {
+            let mut out: std::collections::HashMap<String, AuditCounts> = std::collections::HashMap::new();
+            for (field, sql) in AUDIT_COUNT_SQL {
+                let filter = match (week, field) {
+                    (Some(w), "keyed_attempts") => format!("AND w.iso_week = '{w}'"),
+                    (Some(w), _) => format!("AND iso_week = '{w}'"),
+                    (None, _) => String::new(),
+                };
+                let result = self.query(&sql.replace("{where}", &filter)).await?;
+                for b in &result.batches {
+                    for row in 0..b.num_rows() {
+                        let (label, _) = week_cols(b, row);
+                        out.entry(label).or_default().set(field, i64_col(b, "n", row));
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 }
 
@@ -402,19 +757,32 @@ impl WeekReview {
             s += &format!("{name:<34} {now:>12} {before:>12}\n");
         }
         s += &format!(
-            "\n(seed 000 query 1, dividing by SUM(artifacts): tokens per artifact {})\n\nalerts\n",
+            "\n(tokens per artifact counting each job's artifacts, duplicates included: {})\n\n",
             format_ratio(w.tokens_per_artifact, 1)
         );
-        for a in &self.alerts {
-            let decimals = if a.metric == "duplicate_artifacts_per_100_jobs" {
-                2
-            } else {
-                3
-            };
+        let firing: Vec<&AlertCheck> = self.firing().collect();
+        if firing.is_empty() {
+            s += "No alert this week: every figure is at or below its threshold.\n\n";
+        } else {
             s += &format!(
-                "  {:<34} {:>8}  threshold > {:<6} {}\n",
+                "{} this week:\n",
+                crate::words::counted(firing.len() as u64, "alert", "alerts")
+            );
+            for a in &firing {
+                s += &format!("  ALERT {}: {}\n", a.label, a.detail);
+            }
+            s += "\n";
+        }
+        s += "alerts (red first)\n";
+        let ordered = firing
+            .iter()
+            .copied()
+            .chain(self.alerts.iter().filter(|a| a.state != AlertState::Alert));
+        for a in ordered {
+            s += &format!(
+                "  {:<44} {:>8}  threshold > {:<6} {}\n",
                 a.metric,
-                format_ratio(a.value, decimals),
+                format_ratio(a.value, alert_decimals(a.metric)),
                 a.threshold,
                 a.state.as_str().to_uppercase()
             );
@@ -450,13 +818,14 @@ mod tests {
     fn alerts_fire_above_the_threshold_only() {
         let t = Thresholds::default();
         assert_eq!(
-            check("x", Some(0.20), t.cross_lane_retries_per_job).state,
+            check("x", Some(0.20), t.cross_lane_retries_per_job, String::new()).state,
             AlertState::Pass
         );
         assert_eq!(
-            check("x", Some(0.21), t.cross_lane_retries_per_job).state,
+            check("x", Some(0.21), t.cross_lane_retries_per_job, String::new()).state,
             AlertState::Alert
         );
-        assert_eq!(check("x", None, 1.0).state, AlertState::NoData);
+        assert_eq!(check("x", None, 1.0, String::new()).state, AlertState::NoData);
+        assert_eq!(check("x", Some(0.0), 0.0, String::new()).state, AlertState::Pass);
     }
 }

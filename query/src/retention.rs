@@ -41,7 +41,8 @@ fn ts(values: impl Iterator<Item = i64>) -> ArrayRef {
 
 /// `retention_sweep`: sweep_no, swept_at, cutoff (timestamps), days, reconcile_window_s (seconds),
 /// jobs_removed, rows_removed, archive (NULL when none), digest (SHA-256 hex of the removed
-/// records), checkpoints (chain runs removed), weeks_snapshotted (comma-separated ISO weeks).
+/// records), checkpoints (chain runs removed), weeks_snapshotted (comma-separated ISO weeks),
+/// jobs_abandoned (of jobs_removed, those with an attempt left open past the grace period).
 pub fn sweep_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("sweep_no", DataType::Int64, false),
@@ -55,6 +56,7 @@ pub fn sweep_schema() -> SchemaRef {
         Field::new("digest", DataType::Utf8, false),
         Field::new("checkpoints", DataType::Int64, false),
         Field::new("weeks_snapshotted", DataType::Utf8, false),
+        Field::new("jobs_abandoned", DataType::Int64, false),
     ]))
 }
 
@@ -78,6 +80,7 @@ pub fn scan_sweeps(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
             Arc::new(StringArray::from_iter_values(
                 r.iter().map(|s| s.weeks_snapshotted.join(",")),
             )),
+            int(|s| s.jobs_abandoned as i64),
         ],
     )
 }

@@ -91,21 +91,28 @@ const SPECS: &[Spec] = &[
         id: "lane_policy_violation",
         group: Group::Lane,
         title: "Lane policy violations",
-        description: "Each job's attempts replayed through seed 000 next_lane: a free attempt where it answers paid (after an ambiguous or permanent outcome, once pinned, past the free budget), or a paid attempt where it answers free.",
+        description: "Each job's attempts replayed through the lane policy (lanes in lane.yaml): a free attempt where it answers paid (after an ambiguous or permanent outcome, once pinned, past the free budget), or a paid attempt where it answers free.",
         sql: "SELECT job_id, attempt_no, lane, expected_lane, kind, reason FROM lane_policy_violation WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
     },
     Spec {
         id: "duplicate_reconciliation",
         group: Group::Lane,
         title: "Duplicates against the reconcile window",
-        description: "Each later artifact of an idem_key, by the gap between the first artifact's ended_at and its own: inside lane.yaml's late_completion_window_s (seed 000: 900 s) it was reconcilable, after it the window was too short.",
+        description: "Each later artifact of an idem_key, by the gap between the first artifact's ended_at and its own: inside lane.yaml's late_completion_window_s (900 s by default) it was reconcilable, after it the window was too short.",
         sql: "SELECT idem_key, artifact_id, first_artifact_id, job_id, attempt_no, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '{week}' ORDER BY class, gap_s",
+    },
+    Spec {
+        id: "idem_key_source",
+        group: Group::Lane,
+        title: "Where the idempotency keys came from",
+        description: "Attempts by the source of their idempotency key: sent with the record, or the request id a router's mapping declared as its fallback (ingest --idem-fallback; such keys start with fallback:). A fallback key is one per request, so duplicates across a client's own retries cannot be seen through it.",
+        sql: "SELECT CASE WHEN starts_with(idem_key, 'fallback:') THEN 'fallback: the request id' ELSE 'sent with the record' END AS key_source, COUNT(*) AS attempts, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS share_pct FROM job_attempt WHERE to_char(started_at, '%G-W%V') = '{week}' GROUP BY 1 ORDER BY attempts DESC, key_source",
     },
     Spec {
         id: "refusal_by_kind",
         group: Group::Keys,
         title: "Refusals by kind",
-        description: "Attempts a provider refused, sorted by seed 002 error_kind(http_status, provider_code).",
+        description: "Attempts a provider refused, by error kind (from http_status and provider_code: transient, quota, auth, request).",
         sql: "SELECT error_kind, attempts, keys FROM refusal_by_kind WHERE iso_week = '{week}' ORDER BY attempts DESC, error_kind",
     },
     Spec {
@@ -119,35 +126,35 @@ const SPECS: &[Spec] = &[
         id: "same_key_retry",
         group: Group::Keys,
         title: "Retries on the key that just refused",
-        description: "An attempt on the very key that refused the job's previous attempt: seed 002 next_free never picks the key that just failed (the #9967 case).",
+        description: "An attempt on the very key that refused the job's previous attempt: the next attempt should never go to the key that just failed.",
         sql: "SELECT job_id, attempt_no, key_id, pool_id, previous_kind, previous_http_status, previous_provider_code FROM same_key_retry WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
     },
     Spec {
         id: "key_rest_violation",
         group: Group::Keys,
         title: "Keys used inside their rest or long break",
-        description: "A key used again before seed 002 cooldown_seconds ran out after a transient refusal (15 s doubling per strike, at most 240 s), or within the 1,800 s break after a quota or auth refusal (key_closes).",
+        description: "A key used again before its rest ran out after a transient refusal (15 s doubling per strike, at most 240 s), or within the 1,800 s break after a quota or auth refusal.",
         sql: "SELECT key_id, job_id, attempt_no, started_at, rest, refused_job_id, refused_kind, strikes, rest_s, early_s FROM key_rest_violation WHERE iso_week = '{week}' ORDER BY key_id, started_at",
     },
     Spec {
         id: "pool_overload_episode",
         group: Group::Keys,
         title: "Pool overload episodes",
-        description: "At least keys.pool_overload_keys (seed 002: 3) distinct keys of one pool answered 1305 inside keys.overload_window_s (60 s): the pool's model was overloaded and the next attempt belonged on the next pool (pool_overloaded).",
+        description: "At least keys.pool_overload_keys (3 by default) distinct keys of one pool answered 1305 inside keys.overload_window_s (60 s): the pool's model was overloaded and the next attempt belonged on the next pool.",
         sql: "SELECT pool_id, started_at, ended_at, refusals_1305, distinct_keys, keys, pool_size_seen, window_s FROM pool_overload_episode WHERE iso_week = '{week}' ORDER BY started_at",
     },
     Spec {
         id: "attempt_bound_exceeded",
         group: Group::Keys,
         title: "Jobs past the attempt bound",
-        description: "Jobs with more attempts than keys.max_attempts_per_turn (seed 002 MAX_ATTEMPTS_PER_TURN: 8).",
+        description: "Jobs with more attempts than keys.max_attempts_per_turn (8 by default).",
         sql: "SELECT job_id, attempts, bound, last_outcome FROM attempt_bound_exceeded WHERE iso_week = '{week}' ORDER BY attempts DESC, job_id",
     },
     Spec {
         id: "outcome_mismatch",
         group: Group::Keys,
         title: "Outcomes that contradict the refusal",
-        description: "The router's outcome against seed 002 error_kind: a quota code sent as retryable, a wrong request sent as retryable, a transient refusal sent as permanent, a refusal sent as ok.",
+        description: "The router's outcome against the refusal's error kind: a quota code sent as retryable, a wrong request sent as retryable, a transient refusal sent as permanent, a refusal sent as ok.",
         sql: "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason FROM outcome_mismatch WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
     },
 ];
@@ -158,14 +165,14 @@ const GATE_SPECS: &[Spec] = &[
         id: "gate_free_admit_miss",
         group: Group::Gate,
         title: "Free admits that missed their slack",
-        description: "admit_free decisions that later recorded slack_miss = true: seed 003 pages on these, with dwell, slack and retry count attached.",
+        description: "admit_free decisions that later recorded slack_miss = true: each is worth a page, with dwell, slack and retry count attached.",
         sql: "SELECT job_id, decided_at, dwell_s, deadline_slack_s, retry_count, queue_age_s, expected_service_s, retry_tax_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss ORDER BY decided_at",
     },
     Spec {
         id: "gate_decision_mismatch",
         group: Group::Gate,
-        title: "Decisions that differ from decide_safe",
-        description: "The logged decision against seed 003 decide_safe on the same row (age cap, then dwell against slack, with non-positive service or slack deferred).",
+        title: "Decisions that differ from the safe decision",
+        description: "The logged decision against the safe decision on the same row (column expected_decision) (age cap, then dwell against slack, with non-positive service or slack deferred).",
         sql: "SELECT job_id, decided_at, decision, expected_decision, queue_age_s, max_queue_age_s, dwell_s, deadline_slack_s, expected_service_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision ORDER BY decided_at",
     },
 ];
@@ -233,7 +240,7 @@ impl Session {
                     none(),
                 ]);
                 rows.push(vec![
-                    Some("decisions that differ from decide_safe".into()),
+                    Some("decisions that differ from the safe decision".into()),
                     n(w.decision_mismatches),
                     n(w.decisions),
                     none(),
@@ -247,8 +254,8 @@ impl Session {
         Ok(Section {
             id: "gate_ratios",
             group: Group::Gate,
-            title: "Gate decisions and seed 003's weekly ratios",
-            description: "Admission decisions logged in the week (by decided_at), seed 003's three review ratios and the decisions that differ from decide_safe; above gate.free_admit_miss_rate (1%) of free admits missing their slack, freeze dwell_gate_enabled.",
+            title: "Gate decisions and the weekly ratios",
+            description: "Admission decisions logged in the week (by decided_at), the gate's three review ratios and the decisions that differ from the safe decision; above gate.free_admit_miss_rate (1%) of free admits missing their slack, freeze dwell_gate_enabled.",
             sql: format!("SELECT * FROM gate_weekly WHERE iso_week = '{week}'"),
             columns: ["figure", "count", "of", "ratio", "threshold", "state"]
                 .map(String::from)
@@ -396,7 +403,7 @@ impl Session {
             id: "free_lane_bet",
             group: Group::Lane,
             title: "When the free lane is the wrong bet",
-            description: "Seed 000's table, evaluated on the week: each condition, what the ledger measured (view free_lane_bet; deadline slack from gate_decision), whether it holds, and the route the seed gives when it does. The ambiguous row holds only without an idempotency key, which every ledger row has.",
+            description: "The free-lane table, evaluated on the week: each condition, what the ledger measured (view free_lane_bet; deadline slack from gate_decision), whether it holds, and the route to take when it does. The ambiguous row holds only without an idempotency key, which every ledger row has.",
             sql: format!("{sql};\n{slack_sql}"),
             columns: ["condition", "measured", "holds", "route"].map(String::from).to_vec(),
             total_rows: rows.len(),
@@ -444,11 +451,14 @@ pub fn section_text(s: &Section) -> String {
 
 /// The weekly review as one JSON document, as `laneledger review --format json` prints it and
 /// `GET /v1/review` answers: `{"week": WeekMetrics, "previous": WeekMetrics|null,
-/// "alerts": [AlertCheck], "sections": [Section]}`.
+/// "alerting": [metric], "alerts": [AlertCheck], "sections": [Section]}`; `alerting` names the
+/// alerts that fire this week, in the order of `alerts`.
 pub fn review_document(review: &crate::metrics::WeekReview, sections: &[Section]) -> serde_json::Value {
+    let alerting: Vec<&str> = review.firing().map(|a| a.metric).collect();
     serde_json::json!({
         "week": review.week,
         "previous": review.previous,
+        "alerting": alerting,
         "alerts": review.alerts,
         "sections": sections,
     })

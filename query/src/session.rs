@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayData, RecordBatch};
@@ -14,6 +15,7 @@ use futures::StreamExt;
 use laneledger_store::{LaneConfig, Ledger};
 
 use crate::error::{Error, Result};
+use crate::executor::Executor;
 use crate::ledger_table::{LedgerTable, ReadFn};
 use crate::sqlite_sum::sqlite_sum;
 use crate::views::VIEWS;
@@ -26,7 +28,7 @@ use crate::{
 pub const TABLES: [(&str, &str); 9] = [
     (
         "job_attempt",
-        "one row per attempt: seed 000's columns, then refusal detail, error_kind, attrs, ingested_at",
+        "one row per attempt: job, idempotency key, lane, times, outcome, tokens, artifact, then refusal detail, error_kind, attrs, ingested_at",
     ),
     (
         "idem_artifacts",
@@ -38,7 +40,7 @@ pub const TABLES: [(&str, &str); 9] = [
     ),
     (
         "gate_decision",
-        "one row per admission decision (seed 003), with dwell_s and expected_decision",
+        "one row per dwell gate admission decision, with dwell_s and expected_decision",
     ),
     (
         "decision_conflict",
@@ -50,7 +52,7 @@ pub const TABLES: [(&str, &str); 9] = [
     ),
     (
         "retention_sweep",
-        "one row per retention sweep (SPEC 6): when, cutoff, jobs and rows removed, archive, digest",
+        "one row per retention sweep: when, cutoff, jobs and rows removed, archive, digest",
     ),
     (
         "week_snapshot",
@@ -101,6 +103,8 @@ pub struct Session {
     pub(crate) attempts: Arc<job_attempt::AttemptCache>,
     /// `idem_artifacts`, kept up to date from the rows each write changed.
     idem_artifacts: Arc<idem_artifacts::IdemArtifactsMemo>,
+    /// The threads user SQL is planned and run on, apart from the caller's ([`Executor`]).
+    executor: Executor,
 }
 
 /// Results derived from the ledger (weeks, review sections), remembered until its next write.
@@ -153,6 +157,7 @@ impl Session {
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(df_config, runtime);
         ctx.register_udaf(sqlite_sum());
+        crate::bounded_strings::register(&ctx);
         // One Arrow copy of the attempts per write generation, shared by job_attempt and the
         // job_rollup materialized from it.
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
@@ -250,6 +255,7 @@ impl Session {
             memo: Arc::default(),
             attempts,
             idem_artifacts: idem_memo,
+            executor: Executor::per_core()?,
         })
     }
 
@@ -272,6 +278,12 @@ impl Session {
     /// [`idem_artifacts::IdemArtifactsMemo`]).
     pub fn idem_artifacts_computes(&self) -> u64 {
         self.idem_artifacts.computes()
+    }
+
+    /// The CPU time, in clock ticks (100 a second on Linux), that this session's SQL threads have
+    /// used ([`Executor::cpu_ticks`]); `None` where `/proc` does not tell.
+    pub fn sql_cpu_ticks(&self) -> Option<u64> {
+        self.executor.cpu_ticks()
     }
 
     /// The lane.yaml settings this session applies.
@@ -340,25 +352,56 @@ impl Session {
                 "SQL has {words} tokens, more than {MAX_SQL_TOKENS}; split the query"
             )));
         }
-        let plan = self.ctx.state().create_logical_plan(sql).await?;
-        read_only()
-            .verify_plan(&plan)
-            .map_err(|e| Error::ReadOnly(e.strip_backtrace()))?;
-        let df = self.ctx.execute_logical_plan(plan).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let mut stream = df.execute_stream().await?;
-        let (mut batches, mut bytes) = (Vec::new(), 0usize);
-        let mut seen = HashSet::new();
-        while let Some(b) = stream.next().await {
-            let b = b?;
-            bytes += unseen_buffer_bytes(&b, &mut seen);
-            if bytes > MAX_RESULT_BYTES {
-                return Err(Error::ResultTooLarge(MAX_RESULT_BYTES));
-            }
-            batches.push(b);
-        }
-        Ok(QueryResult { schema, batches })
+        // Planned and run on the SQL threads: a plan that keeps its thread for minutes holds up
+        // none of the caller's, and dropping this future stops it (see [`Executor`]).
+        let ctx = self.ctx.clone();
+        let sql = sql.to_string();
+        self.executor
+            .run(|stop| async move { run_statement(&ctx, &sql, &stop).await })
+            .await
     }
+}
+
+/// Plans `sql` (refusing what is not read-only) and collects its answer, up to
+/// [`MAX_RESULT_BYTES`]; every operator of the plan stops once `stop` is up ([`crate::stop`]).
+async fn run_statement(ctx: &SessionContext, sql: &str, stop: &Arc<AtomicBool>) -> Result<QueryResult> {
+    let plan = ctx
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(|e| crate::hints::plan_error(ctx, e))?;
+    read_only()
+        .verify_plan(&plan)
+        .map_err(|e| Error::ReadOnly(e.strip_backtrace()))?;
+    let df = ctx.execute_logical_plan(plan).await?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let task = Arc::new(df.task_ctx());
+    let plan = crate::stop::checked(df.create_physical_plan().await?, stop)?;
+    // A plan of several sorted partitions (a materialized table such as `job_rollup`, held in
+    // job order) is merged in that order, so an answer's row order does not depend on which
+    // partition's thread ran first.
+    let plan = match plan.properties().output_ordering() {
+        Some(ordering) if plan.properties().output_partitioning().partition_count() > 1 => Arc::new(
+            datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec::new(
+                ordering.clone(),
+                plan,
+            ),
+        )
+            as Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        _ => plan,
+    };
+    let mut stream = datafusion::physical_plan::execute_stream(plan, task)?;
+    let (mut batches, mut bytes) = (Vec::new(), 0usize);
+    let mut seen = HashSet::new();
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        bytes += unseen_buffer_bytes(&b, &mut seen);
+        if bytes > MAX_RESULT_BYTES {
+            return Err(Error::ResultTooLarge(MAX_RESULT_BYTES));
+        }
+        batches.push(b);
+    }
+    Ok(QueryResult { schema, batches })
 }
 
 /// The bytes of the buffers `batch` holds that `seen` has not counted yet: each allocation once

@@ -13,8 +13,10 @@ use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record
 use laneledger_query::export::{
     DEFAULT_FILE_STEM, ExportFormat, ExportSummary, day_of, export, parse_bound, write_attempts, write_attempts_named,
 };
-use laneledger_query::{Error, OutputFormat, Session, format_result, job_attempt};
-use laneledger_store::{Ledger, StoredAttempt};
+use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::{Error, OutputFormat, QueryResult, Session, format_result, job_attempt};
+use laneledger_store::retention::RetentionRule;
+use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader};
 
 /// Every attempt file of sample-data/.
 const SAMPLE_ATTEMPTS: [&str; 5] = [
@@ -187,13 +189,17 @@ async fn parquet_arrow_and_csv_give_back_exactly_the_rows_of_job_attempt_in_day_
         let exported_days: BTreeMap<String, u64> = summary.files.iter().map(|f| (f.day.to_string(), f.rows)).collect();
         assert_eq!(exported_days, sql_days, "{format:?}");
         assert_eq!(summary.bytes, summary.files.iter().map(|f| f.bytes).sum::<u64>());
-        // Nothing else in the folder: one file a day, no temp files left.
+        // Nothing else in the folder: one file a day (and, for Parquet, the ledger's tables under
+        // ledger/), no temp files left.
         let on_disk: Vec<PathBuf> = files_under(out.path()).into_keys().collect();
-        let listed: Vec<PathBuf> = summary
+        let mut listed: Vec<PathBuf> = summary
             .files
             .iter()
-            .map(|f| f.path.strip_prefix(out.path()).unwrap().to_path_buf())
+            .map(|f| &f.path)
+            .chain(summary.tables.iter().flat_map(|t| &t.files))
+            .map(|p| p.strip_prefix(out.path()).unwrap().to_path_buf())
             .collect();
+        listed.sort();
         assert_eq!(on_disk, listed, "{format:?}");
         assert_same_rows(format, &read_back(format, &summary), &expected);
     }
@@ -381,7 +387,9 @@ fn a_rerun_leaves_the_same_files_and_a_crashed_run_converges() {
         let out = tempfile::tempdir().unwrap();
         let first = export(&ledger, format, out.path(), None, None).unwrap();
         let files = files_under(out.path());
-        assert_eq!(files.len(), first.files.len());
+        // A Parquet export also writes week_snapshot and retention_sweep (this ledger has no decisions).
+        let ledger_files = if format == ExportFormat::Parquet { 2 } else { 0 };
+        assert_eq!(files.len(), first.files.len() + ledger_files, "{format:?}");
         let second = export(&ledger, format, out.path(), None, None).unwrap();
         assert_eq!(second, first, "{format:?}");
         assert_eq!(files_under(out.path()), files, "{format:?}");
@@ -563,5 +571,171 @@ async fn duckdb_reads_the_parquet_export_and_gives_the_ledgers_job_rollup() {
     assert_eq!(ours.len(), jobs as usize, "one job_rollup row a job");
     for (o, t) in ours.iter().zip(&theirs) {
         assert_eq!(o, t, "job_rollup row");
+    }
+}
+
+/// The ledger's answer to `sql` as CSV text.
+async fn csv_of(session: &Session, sql: &str) -> String {
+    format_result(&session.query(sql).await.unwrap(), OutputFormat::Csv).unwrap()
+}
+
+/// The Parquet files' rows, in the order of the files, as CSV text (the same header and cells as
+/// [`csv_of`] gives for the table).
+fn csv_of_files(paths: &[PathBuf]) -> String {
+    let batches: Vec<RecordBatch> = paths.iter().flat_map(|p| read_file(ExportFormat::Parquet, p)).collect();
+    let schema = batches[0].schema();
+    format_result(&QueryResult { schema, batches }, OutputFormat::Csv).unwrap()
+}
+
+/// CSV text with its data rows sorted (the header first).
+fn sorted_lines(csv: &str) -> Vec<String> {
+    let mut lines: Vec<String> = csv.split("\r\n").map(str::to_string).collect();
+    lines[1..].sort();
+    lines
+}
+
+#[tokio::test]
+async fn a_parquet_export_also_writes_the_gate_decisions_week_snapshots_and_sweeps_under_ledger() {
+    let (_d, ledger) = common::ledger_from(&SAMPLE_ATTEMPTS);
+    let decisions = common::sample("decisions-2026-W48.ndjson");
+    let reader = std::io::BufReader::new(File::open(&decisions).unwrap());
+    let report =
+        ingest_decisions_reader(&ledger, "decisions", reader, InputFormat::Ndjson, DEFAULT_BATCH, |_| {}).unwrap();
+    assert_eq!(report.counters.accepted, 41);
+    let session = Session::new(ledger.clone()).await.unwrap();
+    // A sweep 30 days before 2026-12-24 removes the old traces, the key incident, week 47's drill and
+    // part of week 48's: week_snapshot keeps the touched weeks' figures, retention_sweep the sweep.
+    let now = laneledger_store::parse_timestamp("2026-12-24T00:00:00Z").unwrap();
+    let rule = RetentionRule {
+        days: 30,
+        reconcile_window_s: 900,
+    };
+    let SweepOutcome::Swept { .. } = sweep(&session, now, &SweepOptions::new(rule)).await.unwrap() else {
+        panic!("the sweep removed nothing");
+    };
+    let snapshot_weeks = csv_of(&session, "SELECT iso_week FROM week_snapshot ORDER BY iso_week").await;
+    assert_eq!(
+        snapshot_weeks,
+        "iso_week\r\n2023-W46\r\n2026-W42\r\n2026-W47\r\n2026-W48\r\n"
+    );
+
+    let out = tempfile::tempdir().unwrap();
+    let summary = export(&ledger, ExportFormat::Parquet, out.path(), None, None).unwrap();
+    let root = out.path().join("ledger");
+    let names: Vec<&str> = summary.tables.iter().map(|t| t.table).collect();
+    assert_eq!(names, ["gate_decision", "week_snapshot", "retention_sweep"]);
+
+    // gate_decision: one file a UTC day of decided_at, every decision once, the table's columns.
+    let gate = &summary.tables[0];
+    assert_eq!(gate.dir, root.join("gate_decision"));
+    assert_eq!(gate.rows, 41);
+    let days = csv_of(
+        &session,
+        "SELECT DISTINCT to_char(decided_at, '%Y-%m-%d') AS d FROM gate_decision ORDER BY d",
+    )
+    .await;
+    let expected_files: Vec<PathBuf> = days
+        .split("\r\n")
+        .skip(1)
+        .filter(|d| !d.is_empty())
+        .map(|d| root.join(format!("gate_decision/day={d}/gate_decision.parquet")))
+        .collect();
+    assert!(expected_files.len() > 1, "{days}");
+    assert_eq!(gate.files, expected_files);
+    assert_eq!(
+        read_file(ExportFormat::Parquet, &gate.files[0])[0].schema(),
+        laneledger_query::gate_decision::schema()
+    );
+    assert_eq!(
+        sorted_lines(&csv_of_files(&gate.files)),
+        sorted_lines(&csv_of(&session, "SELECT * FROM gate_decision").await)
+    );
+
+    // week_snapshot and retention_sweep: one file each, exactly the tables' rows in their order.
+    let snap = &summary.tables[1];
+    assert_eq!(snap.files, [root.join("week_snapshot/week_snapshot.parquet")]);
+    assert_eq!(snap.rows, 4);
+    assert_eq!(
+        csv_of_files(&snap.files),
+        csv_of(&session, "SELECT * FROM week_snapshot").await
+    );
+    let sweeps = &summary.tables[2];
+    assert_eq!(sweeps.files, [root.join("retention_sweep/retention_sweep.parquet")]);
+    assert_eq!(sweeps.rows, 1);
+    assert_eq!(
+        csv_of_files(&sweeps.files),
+        csv_of(&session, "SELECT * FROM retention_sweep").await
+    );
+
+    // The summary's second line; the attempts' files are the only ones one level down.
+    let bytes: u64 = summary.tables.iter().map(|t| t.bytes).sum();
+    let on_disk: u64 = summary
+        .tables
+        .iter()
+        .flat_map(|t| &t.files)
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    assert_eq!(bytes, on_disk);
+    let text = summary.to_string();
+    let second = text.lines().nth(1).unwrap();
+    assert_eq!(
+        second,
+        format!(
+            "and the ledger's tables to {}: gate_decision 41 rows ({} files), week_snapshot 4 rows, retention_sweep 1 row, {bytes} bytes",
+            root.display(),
+            expected_files.len()
+        )
+    );
+    let mut one_level: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(out.path()).unwrap() {
+        let dir = entry.unwrap().path();
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                one_level.push(f);
+            }
+        }
+    }
+    one_level.sort();
+    let attempt_files: Vec<PathBuf> = summary.files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(one_level, attempt_files);
+
+    // --since/--until bound decided_at too; a day without decisions writes no file.
+    let bounded = tempfile::tempdir().unwrap();
+    let since = parse_bound("2026-11-25").unwrap();
+    let until = parse_bound("2026-11-26").unwrap();
+    let summary = export(&ledger, ExportFormat::Parquet, bounded.path(), Some(since), Some(until)).unwrap();
+    let in_range = csv_of(
+        &session,
+        "SELECT * FROM gate_decision WHERE decided_at >= TIMESTAMP '2026-11-25T00:00:00Z' \
+         AND decided_at < TIMESTAMP '2026-11-26T00:00:00Z'",
+    )
+    .await;
+    let n = in_range.split("\r\n").filter(|l| !l.is_empty()).count() as u64 - 1;
+    assert!(n > 0 && n < 41, "{in_range}");
+    assert_eq!(summary.tables[0].rows, n);
+    assert_eq!(
+        summary.tables[0].files,
+        [bounded
+            .path()
+            .join("ledger/gate_decision/day=2026-11-25/gate_decision.parquet")]
+    );
+    assert_eq!(
+        sorted_lines(&csv_of_files(&summary.tables[0].files)),
+        sorted_lines(&in_range)
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let since = parse_bound("2026-12-01").unwrap();
+    let summary = export(&ledger, ExportFormat::Parquet, empty.path(), Some(since), None).unwrap();
+    assert_eq!((summary.tables[0].rows, summary.tables[0].files.len()), (0, 0));
+    assert!(empty.path().join("ledger/gate_decision").is_dir());
+
+    // Arrow and CSV exports write the attempts only.
+    for format in [ExportFormat::Arrow, ExportFormat::Csv] {
+        let other = tempfile::tempdir().unwrap();
+        let summary = export(&ledger, format, other.path(), None, None).unwrap();
+        assert!(summary.tables.is_empty(), "{format:?}");
+        assert!(!other.path().join("ledger").exists(), "{format:?}");
+        assert_eq!(summary.to_string().lines().count(), 1);
     }
 }

@@ -59,7 +59,10 @@ fn one(job_id: &str, idem_key: &str, started_at: i64, ended_at: Option<i64>) -> 
 }
 
 /// 240 drill jobs over 60 days, plus the cases the rule must keep:
-/// - `open-old`: started on day 1 and never ended (an open attempt);
+/// - `open-old`: started 3 days before the cutoff and never ended (an open attempt, within the
+///   7-day grace period: kept);
+/// - `open-lost`: started on day 1 and never ended: open longer than the grace period past the
+///   cutoff, so abandoned, and it goes;
 /// - `rec-old`: ended 5 minutes before the cutoff, and `rec-new` (same idem_key) started 2 minutes
 ///   after it: `rec-old` is inside the 900 s reconcile window of a newer attempt that stays;
 /// - `far-old`: ended 2 hours before the cutoff, `far-new` (same idem_key) started after the
@@ -73,7 +76,8 @@ fn attempts() -> Vec<Attempt> {
     };
     let mut all = drill::synthetic(&cfg, 240, start(), 60.0);
     let c = cutoff();
-    all.push(one("open-old", "open", start() + DAY_MICROS, None));
+    all.push(one("open-old", "open", c - 3 * DAY_MICROS, None));
+    all.push(one("open-lost", "lost", start() + DAY_MICROS, None));
     all.push(one("rec-old", "rec", c - 20 * MIN, Some(c - 5 * MIN)));
     all.push(one("rec-new", "rec", c - 3 * MIN, Some(c + MIN)));
     all.push(one("far-old", "far", c - 3 * 60 * MIN, Some(c - 120 * MIN)));
@@ -183,7 +187,13 @@ fn expected_removed(all: &[Attempt]) -> BTreeMap<String, usize> {
     }
     by_job
         .into_iter()
-        .filter(|(job, v)| job != "rec-old" && v.iter().all(|a| a.ended_at.is_some_and(|e| e < cutoff())))
+        .filter(|(job, v)| {
+            job != "rec-old"
+                && v.iter().all(|a| {
+                    a.ended_at.is_some_and(|e| e < cutoff())
+                        || (a.ended_at.is_none() && a.started_at < cutoff() - 7 * DAY_MICROS)
+                })
+        })
         .map(|(job, v)| (job, v.len()))
         .collect()
 }
@@ -198,7 +208,7 @@ async fn sweep_at_30_days_removes_exactly_the_finished_old_jobs() {
     let weeks_before = session.weeks().await.unwrap();
     let inside_before: Vec<StoredAttempt> = held(&ledger)
         .into_iter()
-        .filter(|a| a.attempt.ended_at.is_none_or(|e| e >= cutoff()))
+        .filter(|a| a.attempt.ended_at.is_none_or(|e| e >= cutoff()) && a.attempt.job_id != "open-lost")
         .collect();
 
     // A dry run writes nothing.
@@ -215,8 +225,9 @@ async fn sweep_at_30_days_removes_exactly_the_finished_old_jobs() {
     assert!(rows > 100, "{rows}");
     assert_eq!(plan.jobs, removed.keys().cloned().collect::<Vec<_>>());
     assert_eq!(plan.attempts.len(), rows);
-    assert_eq!((plan.kept_open, plan.kept_reconcile), (1, 1));
+    assert_eq!((plan.kept_open, plan.abandoned, plan.kept_reconcile), (1, 1, 1));
     assert!(plan.jobs.contains(&"far-old".to_string()));
+    assert!(plan.jobs.contains(&"open-lost".to_string()));
 
     opts.dry_run = false;
     let archive_root = dir.path().join("archive");
@@ -237,6 +248,7 @@ async fn sweep_at_30_days_removes_exactly_the_finished_old_jobs() {
     assert_eq!(archived(&archive_dir), as_archived(&gone));
     assert_eq!(record.rows_removed, rows as u64);
     assert_eq!(record.jobs_removed, removed.len() as u64);
+    assert_eq!(record.jobs_abandoned, 1);
     assert_eq!(record.digest, plan.digest_hex());
     assert_eq!(record.cutoff, cutoff());
 
@@ -300,12 +312,10 @@ async fn sweep_of_a_whole_drill_week_keeps_its_weekly_figures() {
     // Sweep far enough ahead that every finished job goes.
     let later = now() + 90 * DAY_MICROS;
     sweep(&session, later, &SweepOptions::new(rule())).await.unwrap();
+    // By then every open attempt is abandoned (open 7 days past the cutoff), so nothing is left.
     let left = held(&ledger);
-    assert_eq!(
-        left.iter().map(|a| a.attempt.job_id.as_str()).collect::<Vec<_>>(),
-        ["open-old"]
-    );
-    // The second week: the first holds `open-old`, which stays.
+    assert!(left.is_empty(), "{left:?}");
+    // The second week's rows are all swept.
     let first = &before[1];
     let r = session
         .query(&format!(

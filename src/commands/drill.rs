@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use laneledger_store::drill::{self, DrillConfig, DrillIds, Policy, SplitMix64};
 
 use crate::cli::{IdsArg, PolicyArg};
@@ -33,9 +33,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             (jobs, text.contains("\r\n"), text.ends_with('\n'))
         }
         None => {
-            let start = laneledger_store::parse_timestamp(&a.start).map_err(|e| anyhow::anyhow!("--start: {e}"))?;
+            let start = laneledger_store::parse_timestamp(&a.start)
+                .map_err(|e| super::usage::usage(format!("--start: {e}")))?;
             if a.days.is_nan() || a.days <= 0.0 {
-                bail!("--days must be above 0");
+                return Err(super::usage::usage("--days must be above 0"));
             }
             (
                 drill::synthetic_jobs(a.jobs.unwrap_or(0), start, a.days, &mut rng),

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use laneledger_query::export::{self, ExportFormat, parse_bound};
+use laneledger_query::gate_decision::GateDefaults;
 
 use crate::cli::ExportFormatArg;
 
@@ -14,6 +15,7 @@ pub fn run(
     out: &Path,
     since: Option<&str>,
     until: Option<&str>,
+    config: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let since = since.map(parse_bound).transpose().context("--since")?;
     let until = until.map(parse_bound).transpose().context("--until")?;
@@ -22,8 +24,13 @@ pub fn run(
         ExportFormatArg::Arrow => ExportFormat::Arrow,
         ExportFormatArg::Csv => ExportFormat::Csv,
     };
+    let config = super::load_config(config)?;
+    let gate = GateDefaults {
+        max_queue_age_s: config.gate.max_queue_age_s,
+        reserved_service_s: config.gate.reserved_service_s,
+    };
     let ledger = super::open_to_read(db)?;
-    let summary = export::export(&ledger, format, out, since, until)?;
+    let summary = export::export_with(&ledger, format, out, since, until, &gate)?;
     super::print(&format!("{summary}\n"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -9,6 +9,7 @@ mod retain;
 mod review;
 mod serve;
 mod sql;
+pub mod usage;
 mod verify;
 
 use std::path::Path;
@@ -27,14 +28,48 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kind,
             config,
             format,
+            table,
+            mapping,
+            idem_fallback,
+            dry_run,
             batch,
             no_compact,
             files,
         } => {
             load_config(config.as_deref())?;
-            ingest::run(&db.db, kind, format, batch as usize, !no_compact, &files)
+            if let Some(mapping) = mapping {
+                let options = ingest::MappedOptions {
+                    mapping: &mapping,
+                    idem_fallback,
+                    dry_run,
+                    format,
+                    batch: batch as usize,
+                    compact: !no_compact,
+                };
+                return ingest::run_mapped(&db.db, kind, &options, &files);
+            }
+            if idem_fallback || dry_run {
+                return Err(usage::usage(
+                    "--idem-fallback and --dry-run go with --mapping (a router's own log)",
+                ));
+            }
+            ingest::run(
+                &db.db,
+                kind,
+                format,
+                table.as_deref(),
+                batch as usize,
+                !no_compact,
+                &files,
+            )
         }
-        Command::Sql { db, format, sql } => sql::run(&db.db, format, &sql),
+        Command::Sql {
+            db,
+            format,
+            timeout,
+            memory,
+            sql,
+        } => sql::run(&db.db, format, timeout, memory, &sql),
         Command::Review {
             db,
             week,
@@ -92,13 +127,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out,
             since,
             until,
-        } => export::run(&db.db, format, &out, since.as_deref(), until.as_deref()),
+            config,
+        } => export::run(
+            &db.db,
+            format,
+            &out,
+            since.as_deref(),
+            until.as_deref(),
+            config.as_deref(),
+        ),
+        Command::Mappings { name } => ingest::mappings(name.as_deref()),
         Command::Demo { addr, data, server } => demo::run(addr, data, &server),
     }
 }
 
-/// 2 for what the user asked wrongly (read-only SQL, a bad query, a bad week, a bad export
-/// range), 4 when the ledger file is damaged (redb's checksums, or a record that cannot be
+/// 2 for what the user asked wrongly (a bad flag or value, see [`usage`]; read-only SQL, a bad
+/// query, a bad week, a bad export
+/// range, a bad lane.yaml or mapping file), 4 when the ledger file is damaged (redb's checksums, or a record that cannot be
 /// decoded: as `verify` exits for a ledger that does not verify), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     use laneledger_query::Error as Q;
@@ -106,7 +151,14 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         return verify::BROKEN;
     }
     for cause in e.chain() {
-        if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some() {
+        if cause.downcast_ref::<usage::Usage>().is_some() {
+            return 2;
+        }
+        if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some()
+            || cause
+                .downcast_ref::<laneledger_store::mapping::MappingError>()
+                .is_some()
+        {
             return 2;
         }
         if let Some(q) = cause.downcast_ref::<Q>() {
@@ -213,6 +265,17 @@ pub static EXIT_ON_DAMAGE: std::sync::atomic::AtomicBool = std::sync::atomic::At
 pub fn report_damage_on_panic() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // `laneledger … | head`: the reader went away. Stop quietly, as a shell's own tools do
+        // on SIGPIPE (Rust ignores the signal, so printing panics instead).
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
         let in_redb = info
             .location()
             .is_some_and(|l| l.file().contains("/redb-") || l.file().contains("\\redb-"));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use laneledger_query::Session;
 use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::words::counted;
 use laneledger_store::retention::{RetentionRule, SweepPlan};
 use laneledger_store::{format_timestamp, now_micros, parse_timestamp};
 use laneledger_web::AppState;
@@ -44,19 +45,27 @@ fn per_day(plan: &SweepPlan) -> Vec<(String, usize)> {
 
 fn describe(plan: &SweepPlan) -> String {
     let mut s = format!(
-        "{} jobs, {} attempts, every attempt ended before the cutoff {} ({} days before {}); digest {}\nkept: {} old jobs with an open attempt, {} inside a reconcile window of {} s\n",
-        plan.jobs.len(),
-        plan.attempts.len(),
+        "{}, {}, every attempt ended before the cutoff {} ({} before {}); digest {}\nkept: {} with an open attempt, {} inside a reconcile window of {} s\n",
+        counted(plan.jobs.len() as u64, "job", "jobs"),
+        counted(plan.attempts.len() as u64, "attempt", "attempts"),
         format_timestamp(plan.cutoff),
-        plan.rule.days,
+        counted(plan.rule.days, "day", "days"),
         format_timestamp(plan.now),
         plan.digest_hex(),
-        plan.kept_open,
+        counted(plan.kept_open, "old job", "old jobs"),
         plan.kept_reconcile,
         plan.rule.reconcile_window_s,
     );
+    if plan.abandoned > 0 {
+        s += &format!(
+            "abandoned: {} with an attempt still open that started before {} ({} before the cutoff)\n",
+            counted(plan.abandoned, "job", "jobs"),
+            format_timestamp(plan.rule.abandon_cutoff(plan.now)),
+            counted(laneledger_store::retention::ABANDON_GRACE_DAYS, "day", "days"),
+        );
+    }
     for (day, n) in per_day(plan) {
-        s += &format!("  {day}  {n} attempts\n");
+        s += &format!("  {day}  {}\n", counted(n as u64, "attempt", "attempts"));
     }
     s
 }
@@ -65,11 +74,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = super::load_config(args.config.as_deref())?;
     let mut rule = RetentionRule::from_config(&config);
     if let Some(days) = args.days {
-        anyhow::ensure!(days > 0, "--days must be at least 1");
+        if days == 0 {
+            return Err(super::usage::usage("--days must be at least 1"));
+        }
         rule.days = days;
     }
     let now = match &args.now {
-        Some(t) => parse_timestamp(t).map_err(|e| anyhow::anyhow!("--now: {e}"))?,
+        Some(t) => parse_timestamp(t).map_err(|e| super::usage::usage(format!("--now: {e}")))?,
         None => now_micros(),
     };
     let ledger = if args.dry_run {

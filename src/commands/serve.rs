@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use laneledger_query::Session;
 use laneledger_store::{LaneConfig, Ledger};
 use laneledger_web::{AppState, Auth, Options, Token, Writer};
@@ -36,12 +36,15 @@ fn token(server: &ServerArgs) -> anyhow::Result<Option<Token>> {
             Err(_) => return Ok(None),
         },
     };
-    Ok(Some(Token::new(&text).with_context(|| format!("the token in {from}"))?))
+    let token = Token::new(&text).map_err(|e| super::usage::usage(format!("the token in {from}: {e}")))?;
+    Ok(Some(token))
 }
 
 fn seconds(name: &str, s: f64) -> anyhow::Result<Duration> {
     if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
-        bail!("--{name} must be a number of seconds between 0 and 86400, not {s}");
+        return Err(super::usage::usage(format!(
+            "--{name} must be a number of seconds between 0 and 86400, not {s}"
+        )));
     }
     Ok(Duration::from_secs_f64(s))
 }
@@ -52,10 +55,14 @@ fn auth(addr: SocketAddr, server: &ServerArgs) -> anyhow::Result<Auth> {
     let token = token(server)?;
     let loopback = addr.ip().is_loopback();
     if token.is_none() && !loopback {
-        bail!("refusing to serve {addr} without a token: set LANELEDGER_TOKEN or --token-file, or serve 127.0.0.1");
+        return Err(super::usage::usage(format!(
+            "refusing to serve {addr} without a token: set LANELEDGER_TOKEN or --token-file, or serve 127.0.0.1"
+        )));
     }
     if token.is_none() && server.read_token {
-        bail!("--read-token needs a token: set LANELEDGER_TOKEN or --token-file");
+        return Err(super::usage::usage(
+            "--read-token needs a token: set LANELEDGER_TOKEN or --token-file",
+        ));
     }
     Ok(Auth {
         token,
@@ -78,12 +85,22 @@ pub fn serve_ledger(
     // A request that meets a damaged page fails; the server goes on serving the others.
     super::EXIT_ON_DAMAGE.store(false, std::sync::atomic::Ordering::Relaxed);
     let auth = auth(addr, server)?;
+    // Each connection holds a descriptor: take all the hard limit allows (the connection cap is
+    // lowered to fit what that is).
+    laneledger_web::server::raise_fd_limit();
     let options = Options {
         body_limit: server.body_limit.max(1),
+        max_records: server.max_records.max(1),
         request_timeout: seconds("request-timeout", server.request_timeout)?,
         sql_timeout: seconds("sql-timeout", server.sql_timeout)?,
         query_concurrency: server.query_concurrency.max(1),
         write_concurrency: server.write_concurrency.max(1),
+        query_queue: server.query_queue,
+        header_timeout: seconds("header-timeout", server.header_timeout)?,
+        keep_alive_timeout: seconds("keep-alive-timeout", server.keep_alive_timeout)?,
+        body_timeout: seconds("body-timeout", server.body_timeout)?,
+        max_connections: server.max_connections.max(1),
+        otlp_idem_fallback: server.otlp_idem_fallback,
     };
     let read_only = ledger.is_read_only();
     let writes = if read_only {

@@ -2,28 +2,57 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use laneledger_query::{OutputFormat, Session, format_result};
 
 use crate::cli::SqlFormat;
 
-pub fn run(db: &Path, format: SqlFormat, sql: &str) -> anyhow::Result<ExitCode> {
+/// The exit code of a statement stopped at `--timeout`.
+pub const TIMED_OUT: u8 = 5;
+
+/// Runs one statement under `timeout_s` seconds (0: none) and `memory` bytes for its operators.
+/// The statement runs on the query layer's own threads: at the timeout it is stopped, its
+/// threads' work dropped, and the command exits [`TIMED_OUT`].
+pub fn run(db: &Path, format: SqlFormat, timeout_s: f64, memory: usize, sql: &str) -> anyhow::Result<ExitCode> {
+    if !(timeout_s.is_finite() && (0.0..=31_536_000.0).contains(&timeout_s)) {
+        return Err(super::usage::usage(format!(
+            "--timeout must be a number of seconds from 0 (no limit) to 31536000, not {timeout_s}"
+        )));
+    }
     let ledger = super::open_to_read(db)?;
     let sql = if sql == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else {
         sql.to_string()
     };
+    let config = laneledger_store::LaneConfig::default();
     let out = super::runtime()?.block_on(async {
-        let session = Session::new(ledger).await?;
-        let result = session.query(&sql).await?;
+        let session = Session::with_memory_limit(ledger, config, memory.max(1 << 20)).await?;
+        let query = session.query(&sql);
+        let result = if timeout_s == 0.0 {
+            query.await?
+        } else {
+            match tokio::time::timeout(Duration::from_secs_f64(timeout_s), query).await {
+                Ok(result) => result?,
+                Err(_) => return Ok(None),
+            }
+        };
         let fmt = match format {
             SqlFormat::Table => OutputFormat::Table,
             SqlFormat::Csv => OutputFormat::Csv,
             SqlFormat::Json => OutputFormat::Json,
         };
-        format_result(&result, fmt)
+        Ok::<_, anyhow::Error>(Some(format_result(&result, fmt)?))
     })?;
-    super::print(&out)?;
-    Ok(ExitCode::SUCCESS)
+    match out {
+        Some(out) => {
+            super::print(&out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            eprintln!("laneledger: the statement ran longer than {timeout_s} s (--timeout) and was stopped");
+            Ok(ExitCode::from(TIMED_OUT))
+        }
+    }
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use laneledger_query::words::counted;
 use laneledger_store::{now_micros, parse_timestamp};
 
 /// The exit code when the ledger does not verify.
@@ -10,7 +11,7 @@ pub const BROKEN: u8 = 4;
 
 pub fn run(db: &Path, now: Option<&str>) -> anyhow::Result<ExitCode> {
     let at = match now {
-        Some(t) => parse_timestamp(t).map_err(|e| anyhow::anyhow!("--now: {e}"))?,
+        Some(t) => parse_timestamp(t).map_err(|e| super::usage::usage(format!("--now: {e}")))?,
         None => now_micros(),
     };
     let ledger = super::open_existing(db)?;
@@ -34,8 +35,11 @@ pub fn run(db: &Path, now: Option<&str>) -> anyhow::Result<ExitCode> {
     match &report.first_bad {
         None => {
             super::print(&format!(
-                "clean: {} chain entries, {} records, {} checkpoints crossed; tip {}\n",
-                report.entries, report.records, report.checkpoints, report.tip
+                "clean: {}, {}, {} crossed; tip {}\n",
+                counted(report.entries, "chain entry", "chain entries"),
+                counted(report.records, "record", "records"),
+                counted(report.checkpoints, "checkpoint", "checkpoints"),
+                report.tip
             ))?;
             Ok(ExitCode::SUCCESS)
         }

@@ -135,7 +135,10 @@ impl Default for ReconcileConfig {
     }
 }
 
-/// `alerts` (seed 000 lane.yaml): an alert fires when a week's value is above its threshold.
+/// `alerts` (seed 000 lane.yaml, extended): an alert fires when a week's value is above its
+/// threshold. Seed 000 gives the first two; the others put a threshold on each audit of the
+/// weekly review (an extension), each a rate a reviewer reads: per 100 jobs, per 100 attempts,
+/// per 100 refused attempts, or a count a week. A threshold of 0 means any occurrence alerts.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertsConfig {
@@ -145,6 +148,33 @@ pub struct AlertsConfig {
     /// `alerts.duplicate_artifacts_per_100_jobs`: duplicate artifacts per 100 jobs; an integer in
     /// the file reads as a number (seed 000 lane.yaml `duplicate_artifacts_per_100_jobs: 1`).
     pub duplicate_artifacts_per_100_jobs: f64,
+    /// `alerts.lane_policy_violations_per_100_jobs`: jobs with an attempt on the wrong lane (the
+    /// lane policy replayed) per 100 jobs. Default 1.
+    pub lane_policy_violations_per_100_jobs: f64,
+    /// `alerts.late_duplicates_per_100_jobs`: duplicate artifacts that came after the reconcile
+    /// window per 100 jobs: the window was too short for them. Default 0 (any alerts).
+    pub late_duplicates_per_100_jobs: f64,
+    /// `alerts.refusals_per_100_attempts`: attempts a provider refused (any kind) per 100
+    /// attempts. Default 50.
+    pub refusals_per_100_attempts: f64,
+    /// `alerts.same_key_retries_per_100_refusals`: attempts sent to the very key that had just
+    /// refused the job per 100 refused attempts. Default 0 (any alerts).
+    pub same_key_retries_per_100_refusals: f64,
+    /// `alerts.key_rest_violations_per_100_keyed_attempts`: uses of a key inside its rest or
+    /// break per 100 attempts that name a key. Default 1.
+    pub key_rest_violations_per_100_keyed_attempts: f64,
+    /// `alerts.pool_overload_episodes_per_week`: pool overload episodes in the week, a count.
+    /// Default 0 (any alerts).
+    pub pool_overload_episodes_per_week: f64,
+    /// `alerts.jobs_past_attempt_bound_per_100_jobs`: jobs with more attempts than
+    /// `keys.max_attempts_per_turn` per 100 jobs. Default 0 (any alerts).
+    pub jobs_past_attempt_bound_per_100_jobs: f64,
+    /// `alerts.outcome_mismatches_per_100_refusals`: attempts whose logged outcome contradicts
+    /// the refusal's code per 100 refused attempts. Default 0 (any alerts).
+    pub outcome_mismatches_per_100_refusals: f64,
+    /// `alerts.gate_decision_mismatches_per_100_decisions`: gate decisions that differ from the
+    /// safe decision on the same figures per 100 decisions. Default 0 (any alerts).
+    pub gate_decision_mismatches_per_100_decisions: f64,
 }
 
 impl Default for AlertsConfig {
@@ -152,6 +182,15 @@ impl Default for AlertsConfig {
         AlertsConfig {
             cross_lane_retries_per_job: 0.20,
             duplicate_artifacts_per_100_jobs: 1.0,
+            lane_policy_violations_per_100_jobs: 1.0,
+            late_duplicates_per_100_jobs: 0.0,
+            refusals_per_100_attempts: 50.0,
+            same_key_retries_per_100_refusals: 0.0,
+            key_rest_violations_per_100_keyed_attempts: 1.0,
+            pool_overload_episodes_per_week: 0.0,
+            jobs_past_attempt_bound_per_100_jobs: 0.0,
+            outcome_mismatches_per_100_refusals: 0.0,
+            gate_decision_mismatches_per_100_decisions: 0.0,
         }
     }
 }
@@ -333,14 +372,42 @@ impl LaneConfig {
                 message,
             })
         };
-        let seconds_or_ratio: [(&str, f64); 5] = [
-            (
-                "alerts.cross_lane_retries_per_job",
-                self.alerts.cross_lane_retries_per_job,
-            ),
+        let a = &self.alerts;
+        let seconds_or_ratio: [(&str, f64); 14] = [
+            ("alerts.cross_lane_retries_per_job", a.cross_lane_retries_per_job),
             (
                 "alerts.duplicate_artifacts_per_100_jobs",
-                self.alerts.duplicate_artifacts_per_100_jobs,
+                a.duplicate_artifacts_per_100_jobs,
+            ),
+            (
+                "alerts.lane_policy_violations_per_100_jobs",
+                a.lane_policy_violations_per_100_jobs,
+            ),
+            ("alerts.late_duplicates_per_100_jobs", a.late_duplicates_per_100_jobs),
+            ("alerts.refusals_per_100_attempts", a.refusals_per_100_attempts),
+            (
+                "alerts.same_key_retries_per_100_refusals",
+                a.same_key_retries_per_100_refusals,
+            ),
+            (
+                "alerts.key_rest_violations_per_100_keyed_attempts",
+                a.key_rest_violations_per_100_keyed_attempts,
+            ),
+            (
+                "alerts.pool_overload_episodes_per_week",
+                a.pool_overload_episodes_per_week,
+            ),
+            (
+                "alerts.jobs_past_attempt_bound_per_100_jobs",
+                a.jobs_past_attempt_bound_per_100_jobs,
+            ),
+            (
+                "alerts.outcome_mismatches_per_100_refusals",
+                a.outcome_mismatches_per_100_refusals,
+            ),
+            (
+                "alerts.gate_decision_mismatches_per_100_decisions",
+                a.gate_decision_mismatches_per_100_decisions,
             ),
             ("gate.max_queue_age_s", self.gate.max_queue_age_s),
             ("gate.reserved_service_s", self.gate.reserved_service_s),
@@ -397,7 +464,7 @@ impl LaneConfig {
 impl ConfigError {
     /// Sorts a YAML error into a variant, with the dotted key from `serde_path_to_error` and the
     /// line and column from the YAML parser.
-    fn from_yaml(err: serde_path_to_error::Error<serde_yaml_ng::Error>, file: &str) -> ConfigError {
+    pub(crate) fn from_yaml(err: serde_path_to_error::Error<serde_yaml_ng::Error>, file: &str) -> ConfigError {
         let key = err.path().to_string();
         let inner = err.into_inner();
         let location = inner.location();
@@ -636,6 +703,17 @@ free_lane_enabled: true
         assert_eq!(c.alerts.cross_lane_retries_per_job, 0.20);
         assert_eq!(c.alerts.duplicate_artifacts_per_100_jobs, 1.0);
         assert!(c.free_lane_enabled);
+        // the audits' alerts (an extension)
+        let a = &c.alerts;
+        assert_eq!(a.lane_policy_violations_per_100_jobs, 1.0);
+        assert_eq!(a.late_duplicates_per_100_jobs, 0.0);
+        assert_eq!(a.refusals_per_100_attempts, 50.0);
+        assert_eq!(a.same_key_retries_per_100_refusals, 0.0);
+        assert_eq!(a.key_rest_violations_per_100_keyed_attempts, 1.0);
+        assert_eq!(a.pool_overload_episodes_per_week, 0.0);
+        assert_eq!(a.jobs_past_attempt_bound_per_100_jobs, 0.0);
+        assert_eq!(a.outcome_mismatches_per_100_refusals, 0.0);
+        assert_eq!(a.gate_decision_mismatches_per_100_decisions, 0.0);
         // seed 003
         assert_eq!(c.gate.max_queue_age_s, gate::DEFAULT_MAX_QUEUE_AGE_S);
         assert_eq!(c.gate.free_admit_miss_rate, 0.01);
@@ -701,10 +779,15 @@ free_lane_enabled: true
     fn sample_data_lane_yaml_is_the_seed_plus_the_defaults() {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../sample-data/lane.yaml"));
         let text = std::fs::read_to_string(path).unwrap();
-        assert!(
-            text.starts_with(SEED_000),
-            "sample-data/lane.yaml must begin with seed 000's file"
-        );
+        // Seed 000's lines, each verbatim and in order; the extension keys sit between them
+        // (under `alerts:`) and after them.
+        let mut lines = text.lines();
+        for want in SEED_000.lines() {
+            assert!(
+                lines.any(|l| l == want),
+                "sample-data/lane.yaml must hold seed 000's line {want:?} in order"
+            );
+        }
         assert_eq!(LaneConfig::load(Some(path)).unwrap(), LaneConfig::default());
     }
 
@@ -714,6 +797,10 @@ free_lane_enabled: true
             (
                 "alerts:\n  duplicate_artifacts_per_100_jobs: .nan\n",
                 "x.yaml:2: alerts.duplicate_artifacts_per_100_jobs: NaN is not a finite number ≥ 0",
+            ),
+            (
+                "alerts:\n  cross_lane_retries_per_job: 0.2\n  same_key_retries_per_100_refusals: -1\n",
+                "x.yaml:3: alerts.same_key_retries_per_100_refusals: -1 is not a finite number ≥ 0",
             ),
             (
                 "gate:\n  max_queue_age_s: -30\n",

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::parse::{
-    Cell, FieldError, InputFormat, LineError, LineReader, RecordDecoder, boolean, from_csv_with, from_json_with, id,
+    Cell, FieldErrors, InputFormat, LineError, LineReader, RecordDecoder, boolean, from_csv_with, from_json_with, id,
     integer, number, text, timestamp,
 };
 use crate::policy::gate::{GateDecision, GateInput, decide_safe, dwell};
@@ -230,7 +230,7 @@ pub fn merge_decision(held: &Decision, incoming: &Decision) -> Merge<Decision> {
 /// Builds a decision from named cells, applying SPEC 1.2's rules. Unknown fields go to `attrs`;
 /// the derived columns of `gate_decision` (`dwell_s`, `expected_decision`, `ingested_at`) are
 /// recomputed, never taken from input, so an exported table reads back as the same rows.
-fn decode_decision<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Decision, FieldError> {
+fn decode_decision<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Decision, FieldErrors> {
     let mut job_id = None;
     let mut decided_at = None;
     let mut queue_age_s = None;

@@ -14,6 +14,7 @@ use crate::decision::{
 use crate::error::Result;
 use crate::ledger::{COUNTER_NAMES, Counters, Ledger, NEXT_REJECT, WriteResult, decode, encode};
 use crate::record::RejectRecord;
+use crate::reject_seen::RejectSeen;
 use crate::tables::{COUNTER, DECISION, DECISION_CONFLICT, INGEST_REJECT};
 use crate::time::now_micros;
 use crate::write_rules::Merge;
@@ -56,19 +57,40 @@ impl Ledger {
             let mut next_conflict = get(NEXT_DECISION_CONFLICT)?;
             let mut next_reject = get(NEXT_REJECT)?;
             let mut totals = Counters::default();
+            // Opened at the batch's first reject ([`crate::reject_seen`]).
+            let mut seen: Option<RejectSeen> = None;
+            let mut rejects_again = 0u64;
 
             for item in batch {
                 let result = match item {
                     IncomingDecision::Reject(reject) => {
-                        next_reject += 1;
-                        let r = WriteResult::Rejected {
-                            field: reject.field.clone(),
-                            reason: reject.reason.clone(),
-                        };
-                        let value = encode(&RejectRecord::V1(reject));
-                        rejects.insert(next_reject, value.as_slice())?;
-                        chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
-                        r
+                        // A line already kept (same source, line and raw text) is a duplicate
+                        // delivery of its reject: reported again, stored once.
+                        if seen.is_none() {
+                            seen = Some(RejectSeen::open(&txn, &rejects)?);
+                        }
+                        let seen = seen.as_mut().expect("opened just above");
+                        match seen.kept(&reject)? {
+                            Some(kept) => {
+                                rejects_again += 1;
+                                WriteResult::Rejected {
+                                    field: reject.field.clone(),
+                                    reason: crate::reject_seen::again(&reject.reason, kept),
+                                }
+                            }
+                            None => {
+                                next_reject += 1;
+                                seen.insert(&reject, next_reject)?;
+                                let r = WriteResult::Rejected {
+                                    field: reject.field.clone(),
+                                    reason: reject.reason.clone(),
+                                };
+                                let value = encode(&RejectRecord::V1(reject));
+                                rejects.insert(next_reject, value.as_slice())?;
+                                chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
+                                r
+                            }
+                        }
                     }
                     IncomingDecision::Decision {
                         source,
@@ -147,9 +169,9 @@ impl Ledger {
             let add = [
                 totals.accepted,
                 totals.completed,
-                totals.duplicates,
+                totals.duplicates + rejects_again,
                 totals.conflicts,
-                totals.rejected,
+                totals.rejected - rejects_again,
             ];
             for (name, n) in COUNTER_NAMES.iter().zip(add) {
                 if n > 0 {

@@ -94,9 +94,28 @@ pub enum Error {
 }
 
 impl From<redb::Error> for Error {
+    /// redb's own damage reports are [`Error::Damaged`], and so are the errors only a damaged
+    /// file gives laneledger: a table whose stored definition is not the one laneledger always
+    /// opens it with (its table-definition pages were changed), a table other than `meta` missing
+    /// (opening a ledger creates them all), and a read past the end of the file (a page pointer
+    /// was changed). Any other storage error stays [`Error::Storage`].
     fn from(e: redb::Error) -> Self {
         match e {
             redb::Error::Corrupted(reason) => Error::Damaged(reason),
+            redb::Error::TableTypeMismatch { .. }
+            | redb::Error::TableIsMultimap(_)
+            | redb::Error::TableIsNotMultimap(_)
+            | redb::Error::TypeDefinitionChanged { .. } => {
+                Error::Damaged(format!("a table's stored definition does not match: {e}"))
+            }
+            // Opening a ledger creates every table but `meta` is the mark of a ledger file: a
+            // missing `meta` is a file that is not a ledger, any other missing table damage.
+            redb::Error::TableDoesNotExist(ref name) if name != "meta" => {
+                Error::Damaged(format!("a table is missing: {e}"))
+            }
+            redb::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Error::Damaged(format!("a page lies past the end of the file: {io}"))
+            }
             e => Error::Storage(e),
         }
     }

@@ -1,5 +1,6 @@
 //! Ingest one input (a file or stdin) into the ledger in durable batches: attempts with
-//! [`ingest_reader`], gate decisions with [`ingest_decisions_reader`].
+//! [`ingest_reader`], gate decisions with [`ingest_decisions_reader`], attempts another reader
+//! already framed (a mapping's output, a SQLite table) with [`ingest_framed`].
 
 use std::io::BufRead;
 
@@ -147,19 +148,96 @@ type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
 /// themselves when the write handed them back (dropped on the parsing thread).
 type Written<I> = (Vec<WriteResult>, Vec<u64>, Vec<Option<String>>, u64, Vec<I>);
 
-/// Parses on this thread while a second thread writes (and fsyncs) the batch before, so decoding
-/// and the commit overlap; batches are written one at a time, in input order, and the report is
-/// built in that order as each commit returns.
+/// Frames `reader` with a [`LineReader`] and writes its records ([`ingest_feed`]).
 fn ingest<K: Kind, R: BufRead>(
     ledger: &Ledger,
     source: &str,
     reader: R,
     format: InputFormat,
     batch: usize,
+    progress: impl FnMut(u64),
+) -> Result<IngestReport> {
+    let records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
+    ingest_feed::<K, _>(ledger, source, records, batch, progress)
+}
+
+/// Where [`ingest_feed`] takes its records from: the next one (an `Err` stops the ingest) and
+/// how far the input has been read, for `progress`.
+trait Feed<T>: Iterator<Item = std::io::Result<Framed<T>>> {
+    /// Bytes read so far (a [`LineReader`]), or records yielded so far (framed records).
+    fn position(&self) -> u64;
+}
+
+impl<R: BufRead, D: RecordDecoder> Feed<D::Record> for LineReader<R, D> {
+    fn position(&self) -> u64 {
+        self.bytes_read()
+    }
+}
+
+/// Records already framed by their source, counted as they are yielded.
+struct Counted<I> {
+    inner: I,
+    yielded: u64,
+}
+
+impl<T, I: Iterator<Item = std::io::Result<Framed<T>>>> Iterator for Counted<I> {
+    type Item = std::io::Result<Framed<T>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = self.inner.next();
+        self.yielded += u64::from(next.is_some());
+        next
+    }
+}
+
+impl<T, I: Iterator<Item = std::io::Result<Framed<T>>>> Feed<T> for Counted<I> {
+    fn position(&self) -> u64 {
+        self.yielded
+    }
+}
+
+/// Writes attempts that another reader already framed (a mapping's output, a SQLite table's
+/// rows) in batches of `batch` records, each one durable redb commit, through the same write
+/// rules and problem lines as [`ingest_reader`]: each `Framed::Record`'s `line` and `raw` are
+/// what a conflict or a reject names and keeps. `progress` is called after each batch with the
+/// number of records read so far.
+pub fn ingest_framed(
+    ledger: &Ledger,
+    source: &str,
+    records: impl Iterator<Item = Framed<Attempt>>,
+    batch: usize,
+    progress: impl FnMut(u64),
+) -> Result<IngestReport> {
+    try_ingest_framed(ledger, source, records.map(Ok), batch, progress)
+}
+
+/// [`ingest_framed`] for a source that can fail while it is read (a database file): the first
+/// `Err` stops the ingest with [`Error::Input`] naming `source`; the batches already committed
+/// stay, as with [`ingest_reader`].
+pub fn try_ingest_framed(
+    ledger: &Ledger,
+    source: &str,
+    records: impl Iterator<Item = std::io::Result<Framed<Attempt>>>,
+    batch: usize,
+    progress: impl FnMut(u64),
+) -> Result<IngestReport> {
+    let feed = Counted {
+        inner: records,
+        yielded: 0,
+    };
+    ingest_feed::<Attempts, _>(ledger, source, feed, batch, progress)
+}
+
+/// Reads (parses) on this thread while a second thread writes (and fsyncs) the batch before, so
+/// decoding and the commit overlap; batches are written one at a time, in input order, and the
+/// report is built in that order as each commit returns.
+fn ingest_feed<K: Kind, F: Feed<<K::Decoder as RecordDecoder>::Record>>(
+    ledger: &Ledger,
+    source: &str,
+    mut records: F,
+    batch: usize,
     mut progress: impl FnMut(u64),
 ) -> Result<IngestReport> {
     let mut report = IngestReport::default();
-    let mut records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
     std::thread::scope(|scope| {
         // At most one batch waits while one is being written: memory stays at two batches.
         let (to_writer, batches) = std::sync::mpsc::sync_channel::<Batch<K::Incoming>>(1);
@@ -215,7 +293,7 @@ fn ingest<K: Kind, R: BufRead>(
                     std::mem::replace(&mut pending, Vec::with_capacity(batch)),
                     std::mem::replace(&mut lines, Vec::with_capacity(batch)),
                     names,
-                    records.bytes_read(),
+                    records.position(),
                 );
                 // A closed channel means the writer stopped on an error, which `written` holds.
                 if to_writer.send(b).is_err() {

@@ -4,6 +4,7 @@
 //! `Ok`, every accepted record of the batch is durable (redb's default `Durability::Immediate`
 //! fsyncs the commit). Readers open their own read transaction and never wait for a writer.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,7 @@ use crate::record::{
     Attempt, AttemptRecord, AttemptRecordRef, Conflict, ConflictRecord, Reject, RejectRecord, StoredAttempt,
     StoredAttemptRef,
 };
+use crate::reject_seen::RejectSeen;
 use crate::tables::{
     ATTEMPT, ATTEMPT_BLOCK, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP, COUNTER, DECISION,
     DECISION_CONFLICT, FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN,
@@ -44,6 +46,24 @@ pub enum Incoming {
     },
     /// A line that failed to parse; it is kept in `ingest_reject`.
     Reject(Reject),
+}
+
+/// One record of a batch being written: borrowed from the caller, or owned by the write (whose
+/// rejects' text is then freed as soon as it is stored).
+enum Slot<'a> {
+    Shared(&'a Incoming),
+    Owned(&'a mut Incoming),
+}
+
+/// One record as the write rules meet it.
+enum Staged<'a> {
+    Reject(Cow<'a, Reject>),
+    Attempt {
+        source: &'a String,
+        line: &'a u64,
+        raw: &'a String,
+        attempt: &'a Attempt,
+    },
 }
 
 /// What the ledger did with one record (SPEC 2).
@@ -529,7 +549,17 @@ impl Ledger {
     /// Returns one [`WriteResult`] per record, in order. When this returns `Ok`, the batch is
     /// durable; on `Err` nothing of the batch was written.
     pub fn write_batch(&self, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
-        self.write_borrowed(&batch)
+        let mut batch = batch;
+        let txn = self.db.begin_write()?;
+        // The batch is owned: each reject's text is freed once stored (its field and reason move
+        // into its result), so a body of many tiny rejected records does not hold them twice.
+        let len = batch.len();
+        let results = self.stage(&txn, batch.iter_mut().map(Slot::Owned), len)?;
+        // The records are in the transaction now: free them before the commit writes its pages.
+        drop(batch);
+        txn.commit()?;
+        self.bump_generation();
+        Ok(results)
     }
 
     /// [`Ledger::write_batch`] for a borrowed batch: what file ingest does, so that the thread
@@ -539,9 +569,23 @@ impl Ledger {
     /// the last block of rows without a lookup ([`crate::attempt_store`]); any other looks up the
     /// row in force first.
     pub fn write_borrowed(&self, batch: &[Incoming]) -> Result<Vec<WriteResult>> {
-        let now = now_micros();
         let txn = self.db.begin_write()?;
-        let mut results = Vec::with_capacity(batch.len());
+        let len = batch.len();
+        let results = self.stage(&txn, batch.iter().map(Slot::Shared), len)?;
+        txn.commit()?;
+        self.bump_generation();
+        Ok(results)
+    }
+
+    /// Applies the write rules to `batch` in `txn`, uncommitted: one result per record.
+    fn stage<'a>(
+        &self,
+        txn: &WriteTransaction,
+        batch: impl Iterator<Item = Slot<'a>>,
+        len: usize,
+    ) -> Result<Vec<WriteResult>> {
+        let now = now_micros();
+        let mut results = Vec::with_capacity(len);
         {
             // The idem_key index entries of the attempts this batch inserts, stored as one run.
             let mut new_keys: Vec<(&str, &str, u32)> = Vec::new();
@@ -549,13 +593,16 @@ impl Ledger {
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
             let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
-            let mut rows = AttemptWriter::open(&txn, get(BLOCK_ROWS)?)?;
+            let mut rows = AttemptWriter::open(txn, get(BLOCK_ROWS)?)?;
             let attempt_rows = get(ATTEMPT_ROWS)?;
-            let mut chain = ChainWriter::open(&txn, get(CHAIN_ENTRIES)?)?;
+            let mut chain = ChainWriter::open(txn, get(CHAIN_ENTRIES)?)?;
             let mut next_seq = get(NEXT_SEQ)?;
             let mut next_conflict = get(NEXT_CONFLICT)?;
             let mut next_reject = get(NEXT_REJECT)?;
             let mut totals = Counters::default();
+            // Opened at the batch's first reject ([`crate::reject_seen`]).
+            let mut seen: Option<RejectSeen> = None;
+            let mut rejects_again = 0u64;
             // A new row's value is built here: its prepared bytes, then `seq` and `ingested_at`.
             let mut value: Vec<u8> = Vec::with_capacity(512);
             // The greatest key held: a key above it is new for certain. Routers number jobs in
@@ -563,20 +610,76 @@ impl Ledger {
             let held_last = rows.last_key()?;
             let mut greatest: Option<(&str, u32)> = held_last.as_ref().map(|(j, n)| (j.as_str(), *n));
 
-            for incoming in batch {
+            for slot in batch {
+                let incoming = match slot {
+                    Slot::Owned(Incoming::Reject(reject)) => Staged::Reject(Cow::Owned(std::mem::replace(
+                        reject,
+                        Reject {
+                            source: String::new(),
+                            line: 0,
+                            field: None,
+                            reason: String::new(),
+                            raw: String::new(),
+                            received_at: 0,
+                        },
+                    ))),
+                    Slot::Shared(Incoming::Reject(reject)) => Staged::Reject(Cow::Borrowed(reject)),
+                    Slot::Owned(Incoming::Attempt {
+                        source,
+                        line,
+                        raw,
+                        attempt,
+                    }) => Staged::Attempt {
+                        source,
+                        line,
+                        raw,
+                        attempt,
+                    },
+                    Slot::Shared(Incoming::Attempt {
+                        source,
+                        line,
+                        raw,
+                        attempt,
+                    }) => Staged::Attempt {
+                        source,
+                        line,
+                        raw,
+                        attempt,
+                    },
+                };
                 let result = match incoming {
-                    Incoming::Reject(reject) => {
-                        next_reject += 1;
-                        let r = WriteResult::Rejected {
-                            field: reject.field.clone(),
-                            reason: reject.reason.clone(),
-                        };
-                        let value = encode(&RejectRecord::V1(reject.clone()));
-                        rejects.insert(next_reject, value.as_slice())?;
-                        chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
-                        r
+                    Staged::Reject(reject) => {
+                        // A line already kept (same source, line and raw text) is a duplicate
+                        // delivery of its reject: reported again, stored once.
+                        if seen.is_none() {
+                            seen = Some(RejectSeen::open(txn, &rejects)?);
+                        }
+                        let seen = seen.as_mut().expect("opened just above");
+                        match seen.kept(&reject)? {
+                            Some(kept) => {
+                                rejects_again += 1;
+                                WriteResult::Rejected {
+                                    field: reject.field.clone(),
+                                    reason: crate::reject_seen::again(&reject.reason, kept),
+                                }
+                            }
+                            None => {
+                                next_reject += 1;
+                                seen.insert(&reject, next_reject)?;
+                                // Cloned only when the batch is borrowed, as before.
+                                let record = RejectRecord::V1(reject.into_owned());
+                                let value = encode(&record);
+                                rejects.insert(next_reject, value.as_slice())?;
+                                chain.append(EntryKind::Insert, RecordKey::IngestReject(next_reject), &value)?;
+                                let RejectRecord::V1(reject) = record;
+                                WriteResult::Rejected {
+                                    field: reject.field,
+                                    reason: reject.reason,
+                                }
+                            }
+                        }
                     }
-                    Incoming::Attempt {
+                    Staged::Attempt {
                         source,
                         line,
                         raw,
@@ -650,16 +753,16 @@ impl Ledger {
             counter.insert(BLOCK_ROWS, rows.finish(false)?)?;
             counter.insert(ATTEMPT_ROWS, attempt_rows + totals.accepted)?;
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
-            IdemIndex::open(&txn)?.append(&mut new_keys)?;
+            IdemIndex::open(txn)?.append(&mut new_keys)?;
             counter.insert(NEXT_SEQ, next_seq)?;
             counter.insert(NEXT_CONFLICT, next_conflict)?;
             counter.insert(NEXT_REJECT, next_reject)?;
             let add = [
                 totals.accepted,
                 totals.completed,
-                totals.duplicates,
+                totals.duplicates + rejects_again,
                 totals.conflicts,
-                totals.rejected,
+                totals.rejected - rejects_again,
             ];
             for (name, n) in COUNTER_NAMES.iter().zip(add) {
                 if n > 0 {
@@ -668,8 +771,6 @@ impl Ledger {
                 }
             }
         }
-        txn.commit()?;
-        self.bump_generation();
         Ok(results)
     }
 

@@ -28,10 +28,13 @@ pub mod error;
 pub mod idem_index;
 pub mod ingest;
 pub mod ledger;
+pub mod mapping;
 pub mod parse;
 pub mod policy;
 pub mod record;
+mod reject_seen;
 pub mod retention;
+pub mod sqlite_source;
 pub mod tables;
 pub mod time;
 mod varint;
@@ -44,7 +47,9 @@ pub use decision::{
     decision_reader,
 };
 pub use error::{Error, Result};
-pub use ingest::{DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_reader};
+pub use ingest::{
+    DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_framed, ingest_reader, try_ingest_framed,
+};
 pub use ledger::{AttemptChunk, Counters, Incoming, Ledger, LedgerDb, WriteResult, decode_attempt_ref};
 pub use parse::{AttemptReader, Framed, InputFormat, LineReader, Parsed, RecordDecoder};
 pub use record::{Attempt, AttemptRef, Conflict, Lane, Outcome, Reject, StoredAttempt, StoredAttemptRef};

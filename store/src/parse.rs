@@ -16,7 +16,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use crate::policy::refusal::{ErrorKind, error_kind_of};
-use crate::record::{Attempt, Lane, Outcome, Reject};
+use crate::record::{ATTEMPT_FIELDS, Attempt, Lane, Outcome, Reject};
 use crate::time::{now_micros, parse_timestamp};
 
 /// The longest input line (or CSV row) read as a record: 1 MiB. A longer one is rejected.
@@ -104,6 +104,33 @@ impl Cell<'_> {
 
 /// A field rule's failure: the field's name and the reason.
 pub(crate) type FieldError = (&'static str, String);
+
+/// Every field rule a record failed, in field order (at least one).
+#[derive(Debug, PartialEq)]
+pub(crate) struct FieldErrors(pub(crate) Vec<FieldError>);
+
+impl From<FieldError> for FieldErrors {
+    fn from(e: FieldError) -> Self {
+        FieldErrors(vec![e])
+    }
+}
+
+impl FieldErrors {
+    /// As a reject's field and reason: one bad field is named with its reason; several are named
+    /// together (`job_id, lane`), and the reason gives each one's (`job_id: missing; lane: …`).
+    pub(crate) fn into_line_error(self) -> LineError {
+        match self.0.as_slice() {
+            [(field, reason)] => (Some(field.to_string()), reason.clone()),
+            many => (
+                Some(many.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ")),
+                many.iter()
+                    .map(|(f, r)| format!("{f}: {r}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        }
+    }
+}
 
 /// The text of a JSON string or a CSV cell, borrowed.
 pub(crate) fn text<'a>(name: &'static str, cell: Cell<'a>) -> Result<&'a str, FieldError> {
@@ -266,7 +293,14 @@ impl ExportColumns {
 /// so do fields named like `job_attempt`'s derived columns, except in a CSV row that has all three
 /// (`error_kind`, `attrs`, `ingested_at`: an export fed back), where [`ExportColumns::settle`]
 /// reads them as the export wrote them.
-fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldError> {
+pub(crate) fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<Attempt, FieldErrors> {
+    let mut errors: Vec<FieldError> = Vec::new();
+    // Every field is checked, so that a reject names every bad field, not only the first.
+    let mut check = |r: Result<(), FieldError>| {
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    };
     let mut job_id = None;
     let mut idem_key = None;
     let mut attempt_no = None;
@@ -305,33 +339,32 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
             continue;
         }
         match name {
-            "job_id" => job_id = Some(id("job_id", cell)?),
-            "idem_key" => idem_key = Some(id("idem_key", cell)?),
-            "attempt_no" => attempt_no = Some(integer("attempt_no", cell, 1, MAX_ATTEMPT_NO)? as u32),
-            "lane" => {
-                let s = text("lane", cell)?;
+            "job_id" => check(id("job_id", cell).map(|v| job_id = Some(v))),
+            "idem_key" => check(id("idem_key", cell).map(|v| idem_key = Some(v))),
+            "attempt_no" => check(integer("attempt_no", cell, 1, MAX_ATTEMPT_NO).map(|v| attempt_no = Some(v as u32))),
+            "lane" => check(text("lane", cell).and_then(|s| {
                 lane = Some(Lane::parse(s).ok_or_else(|| ("lane", format!("{s:?} is not free or paid")))?);
-            }
-            "started_at" => started_at = Some(timestamp("started_at", cell)?),
-            "ended_at" => a.ended_at = Some(timestamp("ended_at", cell)?),
-            "outcome" => {
-                let s = text("outcome", cell)?;
+                Ok(())
+            })),
+            "started_at" => check(timestamp("started_at", cell).map(|v| started_at = Some(v))),
+            "ended_at" => check(timestamp("ended_at", cell).map(|v| a.ended_at = Some(v))),
+            "outcome" => check(text("outcome", cell).and_then(|s| {
                 a.outcome = Some(
                     Outcome::parse(s)
                         .ok_or_else(|| ("outcome", format!("{s:?} is not ok, retryable, ambiguous or permanent")))?,
                 );
+                Ok(())
+            })),
+            "tokens_in" => check(integer("tokens_in", cell, 0, MAX_TOKENS).map(|v| a.tokens_in = Some(v))),
+            "tokens_out" => check(integer("tokens_out", cell, 0, MAX_TOKENS).map(|v| a.tokens_out = Some(v))),
+            "artifact_id" => check(string("artifact_id", cell).map(|s| a.artifact_id = (!s.is_empty()).then_some(s))),
+            "http_status" => check(integer("http_status", cell, 0, 999).map(|v| a.http_status = Some(v as u16))),
+            "provider_code" => {
+                check(integer("provider_code", cell, 0, u32::MAX as u64).map(|v| a.provider_code = Some(v as u32)))
             }
-            "tokens_in" => a.tokens_in = Some(integer("tokens_in", cell, 0, MAX_TOKENS)?),
-            "tokens_out" => a.tokens_out = Some(integer("tokens_out", cell, 0, MAX_TOKENS)?),
-            "artifact_id" => {
-                let s = string("artifact_id", cell)?;
-                a.artifact_id = (!s.is_empty()).then_some(s);
-            }
-            "http_status" => a.http_status = Some(integer("http_status", cell, 0, 999)? as u16),
-            "provider_code" => a.provider_code = Some(integer("provider_code", cell, 0, u32::MAX as u64)? as u32),
-            "key_id" => a.key_id = Some(string("key_id", cell)?),
-            "pool_id" => a.pool_id = Some(string("pool_id", cell)?),
-            "model" => a.model = Some(string("model", cell)?),
+            "key_id" => check(string("key_id", cell).map(|v| a.key_id = Some(v))),
+            "pool_id" => check(string("pool_id", cell).map(|v| a.pool_id = Some(v))),
+            "model" => check(string("model", cell).map(|v| a.model = Some(v))),
             // `job_attempt`'s own columns, as an export carries them: settled after the loop.
             "error_kind" => stated_kind = Some(cell.to_json()),
             "attrs" => carried = Some(cell.to_json()),
@@ -351,11 +384,28 @@ fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> R
     } else {
         export.keep(&mut attrs);
     }
-    a.job_id = job_id.ok_or_else(|| ("job_id", "missing".to_string()))?;
-    a.idem_key = idem_key.ok_or_else(|| ("idem_key", "missing".to_string()))?;
-    a.attempt_no = attempt_no.ok_or_else(|| ("attempt_no", "missing".to_string()))?;
-    a.lane = lane.ok_or_else(|| ("lane", "missing".to_string()))?;
-    a.started_at = started_at.ok_or_else(|| ("started_at", "missing".to_string()))?;
+    // A required field that is absent is named once (a present but bad one already is).
+    for (name, present) in [
+        ("job_id", job_id.is_some()),
+        ("idem_key", idem_key.is_some()),
+        ("attempt_no", attempt_no.is_some()),
+        ("lane", lane.is_some()),
+        ("started_at", started_at.is_some()),
+    ] {
+        if !present && !errors.iter().any(|(f, _)| *f == name) {
+            errors.push((name, "missing".to_string()));
+        }
+    }
+    if !errors.is_empty() {
+        // In the record's field order, as the fields are listed everywhere else.
+        errors.sort_by_key(|(f, _)| ATTEMPT_FIELDS.iter().position(|n| n == f).unwrap_or(usize::MAX));
+        return Err(FieldErrors(errors));
+    }
+    a.job_id = job_id.expect("checked above");
+    a.idem_key = idem_key.expect("checked above");
+    a.attempt_no = attempt_no.expect("checked above");
+    a.lane = lane.expect("checked above");
+    a.started_at = started_at.expect("checked above");
     if !attrs.is_empty() {
         a.attrs = Some(serde_json::to_string(&attrs).expect("a map of JSON values serializes"));
     }
@@ -655,20 +705,20 @@ pub fn flat_reader_disagreement(line: &str) -> Option<String> {
 /// A flat object is read by [`flat_members`], anything else by serde_json.
 pub(crate) fn from_json_with<T>(
     line: &str,
-    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
+    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldErrors>,
 ) -> Result<T, LineError> {
     let members = match flat_members(line) {
         Some(members) => members,
         None => serde_json::from_str(line).map_err(|e| (None, format!("bad JSON: {e}")))?,
     };
-    decode(&mut members.0.iter().map(|(k, v)| (k.0.as_ref(), v.cell()))).map_err(|(f, r)| (Some(f.to_string()), r))
+    decode(&mut members.0.iter().map(|(k, v)| (k.0.as_ref(), v.cell()))).map_err(FieldErrors::into_line_error)
 }
 
 /// Decodes one CSV row given the header's column names; a row of another width is refused.
 pub(crate) fn from_csv_with<T>(
     header: &[String],
     row: &[&str],
-    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldError>,
+    decode: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a str, Cell<'a>)>) -> Result<T, FieldErrors>,
 ) -> Result<T, LineError> {
     if row.len() != header.len() {
         return Err((
@@ -676,8 +726,7 @@ pub(crate) fn from_csv_with<T>(
             format!("expected {} fields as in the header, found {}", header.len(), row.len()),
         ));
     }
-    decode(&mut header.iter().zip(row).map(|(h, v)| (h.as_str(), Cell::Text(v))))
-        .map_err(|(f, r)| (Some(f.to_string()), r))
+    decode(&mut header.iter().zip(row).map(|(h, v)| (h.as_str(), Cell::Text(v)))).map_err(FieldErrors::into_line_error)
 }
 
 /// Reads one NDJSON line as an attempt: `Err((field, reason))`, field `None` for bad JSON.
@@ -1464,5 +1513,23 @@ mod tests {
         assert_eq!(got[0], (1, "reject: in:1: not valid UTF-8".to_string()));
         assert_eq!(got[1], (2, "reject: in:2: line longer than 1048576 bytes".to_string()));
         assert_eq!(got[2], (3, "j1".to_string()));
+    }
+
+    #[test]
+    fn a_reject_names_every_bad_field_not_only_the_first() {
+        let line = r#"{"idem_key":"k","attempt_no":0,"lane":"cheap","started_at":1763287200}"#;
+        let (field, reason) = attempt_from_json(line).unwrap_err();
+        assert_eq!(field.as_deref(), Some("job_id, attempt_no, lane, started_at"));
+        assert_eq!(
+            reason,
+            "job_id: missing; attempt_no: 0 is outside 1..=2147483647; lane: \"cheap\" is not free or paid; \
+             started_at: expected a string, found a number"
+        );
+        // One bad field reads as before: the field, and its reason alone.
+        let line = r#"{"job_id":"j","idem_key":"k","attempt_no":1,"lane":"free"}"#;
+        assert_eq!(
+            attempt_from_json(line).unwrap_err(),
+            (Some("started_at".to_string()), "missing".to_string())
+        );
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! A sweep at `now` with `retention.days` = N has the cutoff `now − N days`. It removes whole jobs
 //! whose every attempt ended before the cutoff, and never:
-//! - a job with an open attempt (no `ended_at`), however old it started;
+//! - a job with an open attempt (no `ended_at`) that started within [`ABANDON_GRACE_DAYS`] before
+//!   the cutoff or later: its end may still come. An attempt still open that started earlier than
+//!   that is **abandoned** (its router will never send the end); its job goes like a finished one,
+//!   and the sweep's row counts it (`jobs_abandoned`), so an abandoned attempt pins nothing forever;
 //! - a job with an attempt inside the reconcile window of a newer attempt of the same idem_key
 //!   that stays: the newer attempt started after it, at most `reconcile.late_completion_window_s`
 //!   after it ended (seed 000 rollback step 2, "Reconcile the last 900s of attempts by idem_key
@@ -38,6 +41,9 @@ use crate::tables::{ATTEMPT, ATTEMPT_BLOCK, CHAIN_CHECKPOINT, COUNTER, RETENTION
 /// Microseconds in a day.
 pub const DAY_MICROS: i64 = 86_400_000_000;
 
+/// Days past the cutoff an open attempt is waited for before its job is swept as abandoned.
+pub const ABANDON_GRACE_DAYS: u32 = 7;
+
 /// What a sweep keeps: `retention.days` and `reconcile.late_completion_window_s` of lane.yaml.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionRule {
@@ -61,6 +67,12 @@ impl RetentionRule {
     pub fn cutoff(&self, now: i64) -> i64 {
         now - i64::from(self.days) * DAY_MICROS
     }
+
+    /// The abandon cutoff for a sweep at `now`: an attempt still open that started before it is
+    /// abandoned (`now − days − ABANDON_GRACE_DAYS`), µs since the epoch, UTC.
+    pub fn abandon_cutoff(&self, now: i64) -> i64 {
+        self.cutoff(now) - i64::from(ABANDON_GRACE_DAYS) * DAY_MICROS
+    }
 }
 
 /// What a sweep at `now` would remove.
@@ -81,8 +93,11 @@ pub struct SweepPlan {
     /// SHA-256 over the stored bytes of the attempts to remove, in key order, each preceded by
     /// its length as 8 little-endian bytes.
     pub digest: Hash,
-    /// Jobs that would go but for an open attempt.
+    /// Jobs that would go but for an open attempt (one that started after the abandon cutoff).
     pub kept_open: u64,
+    /// Jobs among [`SweepPlan::jobs`] removed with an abandoned attempt: open, started before
+    /// [`RetentionRule::abandon_cutoff`].
+    pub abandoned: u64,
     /// Jobs that would go but for an attempt inside the reconcile window of a newer attempt.
     pub kept_reconcile: u64,
 }
@@ -114,6 +129,9 @@ pub struct SweepRecord {
     pub reconcile_window_s: u32,
     /// Jobs removed.
     pub jobs_removed: u64,
+    /// Of them, jobs removed with an abandoned attempt (open, started more than
+    /// [`ABANDON_GRACE_DAYS`] before the cutoff).
+    pub jobs_abandoned: u64,
     /// Attempt rows removed.
     pub rows_removed: u64,
     /// Where the removed rows were archived as Parquet, when they were.
@@ -126,9 +144,47 @@ pub struct SweepRecord {
     pub weeks_snapshotted: Vec<String>,
 }
 
+/// A stored `retention_sweep` row. V1 rows (before abandoned jobs were swept) are read with
+/// `jobs_abandoned` 0; new rows are V2.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum SweepRecordV {
-    V1(SweepRecord),
+    V1(SweepRecordV1),
+    V2(SweepRecord),
+}
+
+/// [`SweepRecord`] as format V1 stored it: without `jobs_abandoned`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SweepRecordV1 {
+    sweep_no: u64,
+    swept_at: i64,
+    cutoff: i64,
+    days: u32,
+    reconcile_window_s: u32,
+    jobs_removed: u64,
+    rows_removed: u64,
+    archive: Option<String>,
+    digest: String,
+    checkpoints: u64,
+    weeks_snapshotted: Vec<String>,
+}
+
+impl From<SweepRecordV1> for SweepRecord {
+    fn from(r: SweepRecordV1) -> Self {
+        SweepRecord {
+            sweep_no: r.sweep_no,
+            swept_at: r.swept_at,
+            cutoff: r.cutoff,
+            days: r.days,
+            reconcile_window_s: r.reconcile_window_s,
+            jobs_removed: r.jobs_removed,
+            jobs_abandoned: 0,
+            rows_removed: r.rows_removed,
+            archive: r.archive,
+            digest: r.digest,
+            checkpoints: r.checkpoints,
+            weeks_snapshotted: r.weeks_snapshotted,
+        }
+    }
 }
 
 /// One ISO week's `weekly_metrics` row (SPEC 4), kept by a sweep before it removed the week's
@@ -194,13 +250,15 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
     rule: RetentionRule,
 ) -> Result<SweepPlan> {
     let cutoff = rule.cutoff(now);
+    let abandon = rule.abandon_cutoff(now);
     let window = i64::from(rule.reconcile_window_s) * 1_000_000;
     let mut candidates: Vec<Job> = Vec::new();
     let mut kept_open = 0u64;
     let mut current: Option<Job> = None;
     let mut close = |job: Job, candidates: &mut Vec<Job>| {
         let ended_before = |a: &StoredAttempt| a.attempt.ended_at.is_some_and(|e| e < cutoff);
-        if job.attempts.iter().all(|(a, _)| ended_before(a)) {
+        let abandoned = |a: &StoredAttempt| a.attempt.ended_at.is_none() && a.attempt.started_at < abandon;
+        if job.attempts.iter().all(|(a, _)| ended_before(a) || abandoned(a)) {
             candidates.push(job);
         } else if job
             .attempts
@@ -281,7 +339,11 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
     let mut jobs = Vec::new();
     let mut attempts = Vec::new();
     let mut weeks = Vec::new();
+    let mut abandoned = 0u64;
     for job in candidates.into_iter().filter(|j| removed.contains(&j.id)) {
+        if job.attempts.iter().any(|(a, _)| a.attempt.ended_at.is_none()) {
+            abandoned += 1;
+        }
         let first = job
             .attempts
             .iter()
@@ -307,6 +369,7 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
         weeks,
         digest: digest.finalize().into(),
         kept_open,
+        abandoned,
         kept_reconcile,
     })
 }
@@ -407,13 +470,14 @@ impl Ledger {
                 days: plan.rule.days,
                 reconcile_window_s: plan.rule.reconcile_window_s,
                 jobs_removed: fresh.jobs.len() as u64,
+                jobs_abandoned: fresh.abandoned,
                 rows_removed: fresh.attempts.len() as u64,
                 archive,
                 digest: fresh.digest_hex(),
                 checkpoints: checkpoints.len() as u64,
                 weeks_snapshotted: snapshotted,
             };
-            let value = encode(&SweepRecordV::V1(record.clone()));
+            let value = encode(&SweepRecordV::V2(record.clone()));
             sweeps.insert(sweep_no, value.as_slice())?;
             chain.append(EntryKind::Insert, RecordKey::RetentionSweep(sweep_no), &value)?;
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
@@ -431,7 +495,8 @@ impl Ledger {
         for row in t.iter()? {
             let (k, v) = row?;
             match decode::<SweepRecordV>("retention_sweep", k.value(), v.value())? {
-                SweepRecordV::V1(r) => out.push(r),
+                SweepRecordV::V1(r) => out.push(r.into()),
+                SweepRecordV::V2(r) => out.push(r),
             }
         }
         Ok(out)

@@ -39,14 +39,18 @@ impl ApiError {
 
 impl From<laneledger_query::Error> for ApiError {
     /// A user's mistake is 4xx: read-only or unplannable SQL and bad week labels 400, an unknown
-    /// week 404, a query past its memory or result limit or failing as it runs 422; a ledger
-    /// failure is 500.
+    /// week 404, a query past its memory or result limit or failing as it runs 422; a statement
+    /// that panicked is 500 saying the statement failed; a ledger failure is 500.
     fn from(e: laneledger_query::Error) -> Self {
         use laneledger_query::Error as Q;
         match &e {
             Q::ReadOnly(_) | Q::Plan(_) | Q::BadWeek(_) => Self::bad_request(e.to_string()),
             Q::UnknownWeek(_) => Self::new(StatusCode::NOT_FOUND, e.to_string()),
             Q::ResultTooLarge(_) | Q::Execution(_) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+            Q::Panicked(what) => {
+                tracing::error!("a SQL statement panicked: {what}");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
             _ => Self::internal(e),
         }
     }
@@ -59,5 +63,20 @@ impl IntoResponse for ApiError {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_that_panicked_is_a_500_saying_the_statement_failed() {
+        let e = ApiError::from(laneledger_query::Error::Panicked("offset overflow".into()));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            e.message,
+            "the statement failed: it stopped on an internal error (offset overflow); the details are in the log"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use askama::Template;
 use axum::extract::rejection::PathRejection;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 
 /// `Result` with the web crate's [`Error`].
@@ -158,7 +158,12 @@ impl IntoResponse for AppError {
     }
 }
 
-/// The fallback handler: any path without a page is a 404 page.
-pub(crate) async fn not_found(uri: Uri) -> AppError {
-    AppError::NoRoute(uri.path().to_string())
+/// The fallback handler: any path without a page is a 404 page, and any `/v1/` path without a
+/// route a JSON 404 (API clients never get an HTML page).
+pub(crate) async fn not_found(method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    if path == "/v1" || path.starts_with("/v1/") {
+        return crate::ApiError::new(StatusCode::NOT_FOUND, format!("no API route {method} {path}")).into_response();
+    }
+    AppError::NoRoute(path.to_string()).into_response()
 }

@@ -9,21 +9,22 @@
 //! was a duplicate; 207 when some were in conflict or rejected (those are kept in
 //! `attempt_conflict`/`decision_conflict` and `ingest_reject`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use laneledger_store::decision::DecisionDecoder;
 use laneledger_store::parse::{AttemptDecoder, Framed, RecordDecoder};
-use laneledger_store::{Counters, Incoming, IncomingDecision, format_timestamp};
+use laneledger_store::{Counters, Incoming, IncomingDecision, WriteResult, format_timestamp};
 use serde_json::{Map, Value};
 
 use crate::AppState;
 use crate::api_error::ApiError;
-use crate::body::{BodyError, body_format, decompress, frame};
+use crate::body::{BodyError, body_format, count_records, decompress, frame_into};
 use crate::writer::{Batch, SubmitError};
 
 /// A record kind that can be posted.
@@ -33,8 +34,12 @@ trait PostKind {
     const ROUTE: &'static str;
     /// The record's identity fields for its result line.
     fn identity(record: &<Self::Decoder as RecordDecoder>::Record, out: &mut Map<String, Value>);
-    /// The framed records as a writer batch.
-    fn batch(source: &str, framed: Vec<Framed<<Self::Decoder as RecordDecoder>::Record>>) -> Batch;
+    /// One record as the writer takes it.
+    type Item;
+    /// One framed record as the writer takes it.
+    fn item(source: &str, framed: Framed<<Self::Decoder as RecordDecoder>::Record>) -> Self::Item;
+    /// The records as a writer batch.
+    fn batch(items: Vec<Self::Item>) -> Batch;
 }
 
 struct Attempts;
@@ -45,22 +50,31 @@ impl PostKind for Attempts {
         out.insert("job_id".into(), a.job_id.clone().into());
         out.insert("attempt_no".into(), a.attempt_no.into());
     }
-    fn batch(source: &str, framed: Vec<Framed<laneledger_store::Attempt>>) -> Batch {
-        Batch::Attempts(
-            framed
-                .into_iter()
-                .map(|f| match f {
-                    Framed::Record { line, raw, record } => Incoming::Attempt {
-                        source: source.to_string(),
-                        line,
-                        raw,
-                        attempt: record,
-                    },
-                    Framed::Reject(r) => Incoming::Reject(r),
-                })
-                .collect(),
-        )
+    type Item = Incoming;
+    fn item(source: &str, framed: Framed<laneledger_store::Attempt>) -> Incoming {
+        attempt_item(source, framed)
     }
+    fn batch(items: Vec<Incoming>) -> Batch {
+        Batch::Attempts(items)
+    }
+}
+
+/// One framed attempt as the writer takes it.
+fn attempt_item(source: &str, framed: Framed<laneledger_store::Attempt>) -> Incoming {
+    match framed {
+        Framed::Record { line, raw, record } => Incoming::Attempt {
+            source: source.to_string(),
+            line,
+            raw,
+            attempt: record,
+        },
+        Framed::Reject(r) => Incoming::Reject(r),
+    }
+}
+
+/// Framed attempts (native, or a mapping's output) as one writer batch, in order.
+pub(crate) fn attempt_batch(source: &str, framed: Vec<Framed<laneledger_store::Attempt>>) -> Batch {
+    Batch::Attempts(framed.into_iter().map(|f| attempt_item(source, f)).collect())
 }
 
 struct Decisions;
@@ -71,27 +85,37 @@ impl PostKind for Decisions {
         out.insert("job_id".into(), d.job_id.clone().into());
         out.insert("decided_at".into(), format_timestamp(d.decided_at).into());
     }
-    fn batch(source: &str, framed: Vec<Framed<laneledger_store::Decision>>) -> Batch {
-        Batch::Decisions(
-            framed
-                .into_iter()
-                .map(|f| match f {
-                    Framed::Record { line, raw, record } => IncomingDecision::Decision {
-                        source: source.to_string(),
-                        line,
-                        raw,
-                        decision: record,
-                    },
-                    Framed::Reject(r) => IncomingDecision::Reject(r),
-                })
-                .collect(),
-        )
+    type Item = IncomingDecision;
+    fn item(source: &str, framed: Framed<laneledger_store::Decision>) -> IncomingDecision {
+        match framed {
+            Framed::Record { line, raw, record } => IncomingDecision::Decision {
+                source: source.to_string(),
+                line,
+                raw,
+                decision: record,
+            },
+            Framed::Reject(r) => IncomingDecision::Reject(r),
+        }
+    }
+    fn batch(items: Vec<IncomingDecision>) -> Batch {
+        Batch::Decisions(items)
     }
 }
 
-/// `POST /v1/attempts`: attempt records (SPEC 1.1).
-pub async fn post_attempts(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    post::<Attempts>(state, headers, body).await.into_response()
+/// `POST /v1/attempts`: attempt records (SPEC 1.1); with `?mapping=NAME`, a router's own records
+/// through a built-in mapping ([`crate::mapped_api`]).
+pub async fn post_attempts(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match query.get("mapping") {
+        Some(name) => crate::mapped_api::post(state, name, &query, headers, body)
+            .await
+            .into_response(),
+        None => post::<Attempts>(state, headers, body).await.into_response(),
+    }
 }
 
 /// `POST /v1/decisions`: gate decisions (SPEC 1.2, seed 003).
@@ -101,7 +125,7 @@ pub async fn post_decisions(State(state): State<AppState>, headers: HeaderMap, b
 
 /// The request's id: the client's `X-Request-Id` when it is short printable ASCII, else one made
 /// here (`<µs since the epoch>-<n>`).
-fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     headers
         .get("x-request-id")
@@ -151,45 +175,89 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
     let id = request_id(&headers);
     let source = format!("{} {id}", K::ROUTE);
     let limit = state.options.body_limit;
+    let max_records = state.options.max_records;
     // Decompressing and decoding a large body is CPU work: keep it off the async workers.
     let (batch, idents) = tokio::task::spawn_blocking({
         let source = source.clone();
-        move || -> Result<_, BodyError> {
+        move || -> Result<_, ApiError> {
             let bytes = decompress(&headers, &body, limit)?;
-            let framed = frame::<K::Decoder>(&source, body_format(&headers, &bytes), &bytes)?;
-            // Each result line starts with the record's line and, when it parsed, its identity.
-            let idents: Vec<Map<String, Value>> = framed
-                .iter()
-                .map(|f| {
-                    let mut m = Map::new();
-                    match f {
-                        Framed::Record { line, record, .. } => {
-                            m.insert("line".into(), (*line).into());
-                            K::identity(record, &mut m);
-                        }
-                        Framed::Reject(r) => {
-                            m.insert("line".into(), r.line.into());
-                        }
+            let format = body_format(&headers, &bytes);
+            let records = count_records(format, &bytes);
+            too_many_records(records, max_records)?;
+            // Each result line starts with the record's line and, when it parsed, its identity
+            // (an empty map for a reject: it allocates nothing). Records are framed straight into
+            // the writer's shape, with room made once.
+            let mut idents: Vec<Ident> = Vec::with_capacity(records);
+            let items = frame_into::<K::Decoder, _>(&source, format, &bytes, records, |f| {
+                idents.push(match &f {
+                    Framed::Record { line, record, .. } => {
+                        let mut m = Map::new();
+                        K::identity(record, &mut m);
+                        (*line, m)
                     }
-                    m
-                })
-                .collect();
-            Ok((K::batch(&source, framed), idents))
+                    Framed::Reject(r) => (r.line, Map::new()),
+                });
+                K::item(&source, f)
+            })?;
+            Ok((K::batch(items), idents))
         }
     })
     .await
     .map_err(ApiError::internal)??;
     let results = writer.submit(batch).await?;
+    Ok(answer(&id, &results, idents))
+}
+
+/// 413 when a body holds more than `max` records, naming the limit.
+pub(crate) fn too_many_records(records: usize, max: usize) -> Result<(), ApiError> {
+    if records > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body holds {records} records, more than the {max} a request may hold (--max-records); split it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The start of one result line: the record's line, and its identity fields when it parsed (empty
+/// for a reject, so a body of bad records costs no allocation per record here).
+pub(crate) type Ident = (u64, Map<String, Value>);
+
+/// Rejected records answered in full; past them, only counted by field and reason.
+pub const REJECTS_IN_FULL: usize = 100;
+
+/// The reply to a write: one result per record (its line, its identity when it parsed, and what
+/// the write rules did), the totals; 200 when every record was taken or was a duplicate, 207 when
+/// some were in conflict or rejected. Past the first [`REJECTS_IN_FULL`] rejected records, the
+/// others are left out of `results` and counted in `more_rejected` (`{"field: reason": n}`), so
+/// a body of a million bad records does not get a million result lines.
+pub(crate) fn answer(id: &str, results: &[WriteResult], idents: Vec<Ident>) -> Response {
     let mut totals = Counters::default();
+    let mut more_rejected: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let lines: Vec<Value> = results
         .iter()
         .zip(idents)
-        .map(|(result, mut m)| {
+        .filter_map(|(result, (line, identity))| {
             totals.add(result);
+            if let WriteResult::Rejected { field, reason } = result
+                && totals.rejected > REJECTS_IN_FULL as u64
+            {
+                let key = match field {
+                    Some(f) => format!("{f}: {reason}"),
+                    None => reason.clone(),
+                };
+                *more_rejected.entry(key).or_default() += 1;
+                return None;
+            }
+            let mut m = Map::new();
+            m.insert("line".into(), line.into());
+            m.extend(identity);
             if let Ok(Value::Object(fields)) = serde_json::to_value(result) {
                 m.extend(fields);
             }
-            Value::Object(m)
+            Some(Value::Object(m))
         })
         .collect();
     let all_taken = totals.conflicts == 0 && totals.rejected == 0;
@@ -198,13 +266,16 @@ async fn post<K: PostKind>(state: AppState, headers: HeaderMap, body: Bytes) -> 
     } else {
         StatusCode::MULTI_STATUS
     };
-    let reply = serde_json::json!({
+    let mut reply = serde_json::json!({
         "request_id": id,
         "durable": true,
         "totals": totals,
         "results": lines,
     });
-    Ok((status, Json(reply)).into_response())
+    if !more_rejected.is_empty() {
+        reply["more_rejected"] = serde_json::json!(more_rejected);
+    }
+    (status, Json(reply)).into_response()
 }
 
 #[cfg(test)]

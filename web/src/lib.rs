@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod api_error;
 pub mod auth;
 pub mod body;
@@ -27,10 +28,13 @@ pub mod error;
 mod html;
 pub mod ingest_api;
 mod job;
+pub mod mapped_api;
+pub mod otlp;
 pub mod read_api;
 pub mod retention;
 mod review;
 mod sections;
+pub mod server;
 mod sql_page;
 mod timeline;
 mod trends;
@@ -62,6 +66,8 @@ pub use writer::{Writer, WriterThread};
 pub struct Options {
     /// The largest request body, in bytes, before and after gzip (413 past it). Default 16 MiB.
     pub body_limit: usize,
+    /// The most records one write request may hold (413 past it). Default 100,000.
+    pub max_records: usize,
     /// How long one request may take (408 past it). Default 30 s.
     pub request_timeout: Duration,
     /// How long one SQL statement may run (`/v1/sql`, `/sql`; 408 past it). Default 20 s.
@@ -71,16 +77,42 @@ pub struct Options {
     pub query_concurrency: usize,
     /// Write requests served at once; more wait. Default 64.
     pub write_concurrency: usize,
+    /// Requests that run SQL waiting for one of the `query_concurrency` turns; past it 503 with
+    /// `Retry-After`. Default 32.
+    pub query_queue: usize,
+    /// The head of a request must arrive within it, counted from the accept for a connection's
+    /// first request and from the previous answer for the next; else the connection is closed.
+    /// Default 10 s.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight is closed this long after its last answer.
+    /// Default 5 s.
+    pub keep_alive_timeout: Duration,
+    /// The longest wait for the next part of a request body; past it the request fails (400) and
+    /// the connection is closed. Default 10 s.
+    pub body_timeout: Duration,
+    /// Open connections; past it (or past the open-file limit less a reserve) a new connection
+    /// is closed at once. Default 4,096.
+    pub max_connections: usize,
+    /// `POST /v1/traces` may take the `otlp` mapping's idempotency-key fallback (the trace id)
+    /// for every request, as `?idem_fallback=1` does for one. Default false.
+    pub otlp_idem_fallback: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             body_limit: 16 << 20,
+            max_records: 100_000,
             request_timeout: Duration::from_secs(30),
             sql_timeout: Duration::from_secs(20),
             query_concurrency: 4,
             write_concurrency: 64,
+            query_queue: 32,
+            header_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            otlp_idem_fallback: false,
         }
     }
 }
@@ -99,6 +131,9 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// The limits.
     pub options: Options,
+    /// Held from the ledger read to the commit by writes whose attempt numbers are derived from
+    /// the ledger (`POST /v1/traces`), so two of them cannot take the same next number.
+    pub(crate) derive_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl AppState {
@@ -110,6 +145,7 @@ impl AppState {
             writer: None,
             auth: Arc::default(),
             options: Options::default(),
+            derive_lock: Arc::default(),
         }
     }
 
@@ -139,10 +175,13 @@ impl AppState {
 ///   page for any other path; each page's tables as CSV or JSON under `…/tables/{name}.{csv,json}`.
 /// - Reads: `GET /v1/review`, `POST /v1/sql`, `GET /metrics` (open, or the token with
 ///   [`Auth::reads_need_token`]); `GET /healthz` (always open).
-/// - Writes: `POST /v1/attempts`, `POST /v1/decisions` (the bearer token).
+/// - Writes: `POST /v1/attempts`, `POST /v1/decisions`, `POST /v1/traces` (OTLP/HTTP) (the
+///   bearer token).
+/// - Any other `/v1/` path is a JSON 404.
 ///
-/// Every route has the body limit (413) and the request timeout (408); SQL-running routes and
-/// write routes each have their own concurrency limit.
+/// Every route has the body limit (413), the body read timeout, the request timeout (408) and a
+/// JSON 500 for a handler that panics; SQL-running routes (with a bounded queue, 503 past it)
+/// and write routes each have their own concurrency limit.
 pub fn app(state: AppState) -> Router {
     let o = state.options;
     let auth = state.auth.clone();
@@ -164,12 +203,17 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(read_api::metrics))
         .route("/retention", get(retention::page))
         .fallback(error::not_found)
-        // Pages run SQL on a 2-core box: let a few run at once and queue the rest behind them,
-        // inside the timeout, rather than all of them slowing to a crawl together.
-        .layer(tower::limit::ConcurrencyLimitLayer::new(o.query_concurrency.max(1)))
+        // Pages run SQL on a 2-core box: let a few run at once and queue some behind them,
+        // inside the timeout, rather than all of them slowing to a crawl together; past the
+        // queue, 503 with Retry-After.
+        .layer(from_fn_with_state(
+            Arc::new(admission::Admission::new(o.query_concurrency, o.query_queue)),
+            admission::admit,
+        ))
         .layer(from_fn_with_state(auth.clone(), auth::require_read));
     let writes = Router::new()
         .route("/v1/attempts", post(ingest_api::post_attempts))
+        .route("/v1/traces", post(otlp::post_traces))
         .route("/v1/decisions", post(ingest_api::post_decisions))
         .layer(tower::limit::ConcurrencyLimitLayer::new(o.write_concurrency.max(1)))
         .layer(from_fn_with_state(auth, auth::require_write));
@@ -179,10 +223,13 @@ pub fn app(state: AppState) -> Router {
         .merge(reads)
         .layer(DefaultBodyLimit::max(o.body_limit))
         .layer(RequestBodyLimitLayer::new(o.body_limit))
+        .layer(from_fn_with_state(o.body_timeout, server::body_timeout))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             o.request_timeout,
         ))
+        // A handler that panics answers a JSON 500; the server goes on.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(server::panic_answer))
         .with_state(state)
 }
 
@@ -190,6 +237,7 @@ pub fn app(state: AppState) -> Router {
 ///
 /// Errors: [`Error::Bind`] when the address cannot be bound, [`Error::Serve`] when serving fails.
 pub async fn serve(addr: SocketAddr, state: AppState) -> Result<()> {
+    server::raise_fd_limit();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Bind { addr, source })?;
@@ -200,16 +248,16 @@ pub async fn serve(addr: SocketAddr, state: AppState) -> Result<()> {
 /// Serves [`app`] on an already bound `listener` until `shutdown` completes, then lets requests
 /// in flight finish (what [`serve`] does with Ctrl-C and SIGTERM as the signal).
 ///
-/// Errors: [`Error::Serve`] when serving fails.
+/// Connections are bounded as [`server`] says. Never fails once the listener is bound (a failed
+/// accept is logged and retried); the `Result` is kept for callers.
 pub async fn serve_until(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::Serve)
+    let options = state.options;
+    server::run(listener, app(state), options, shutdown).await;
+    Ok(())
 }
 
 /// Completes on Ctrl-C, or on SIGTERM where there is one.

@@ -209,9 +209,11 @@ impl Exposition {
 
 /// `GET /metrics`: Prometheus text format (version 0.0.4). Ingest counters of the ledger (by
 /// write result, SPEC 2) and of this server's writer; and, for the current ISO week (or
-/// `?week=`), seed 000's alert ratios (`cross_lane_retries_per_job`,
-/// `duplicate_artifacts_per_100_jobs`, and seed 003's `free_admit_miss_rate` when the week has
-/// gate decisions) as gauges beside their thresholds, with `laneledger_alert` 1 where one fires.
+/// `?week=`), every alert of the weekly review ([`laneledger_query::metrics::week_alerts`]: seed
+/// 000's two ratios, one per audit, and seed 003's gate alerts when the week has gate decisions)
+/// as a gauge `laneledger_<metric>` beside its `laneledger_<metric>_threshold`, with
+/// `laneledger_alert{metric=...}` 1 where one fires. `docs/prometheus-alerts.yml` alerts on them.
+/// Also the SQL threads' CPU time and the connections refused past the cap.
 pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam>) -> Result<Response, ApiError> {
     let ledger = state.session.ledger().clone();
     let (attempts, decisions, rows) = tokio::task::spawn_blocking(move || {
@@ -228,7 +230,7 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
         out.family(
             name,
             "counter",
-            &format!("{what} offered to the ledger since it was created, by write result (SPEC 2)."),
+            &format!("{what} offered to the ledger since it was created, by write result."),
         );
         for (result, n) in [
             ("accepted", c.accepted),
@@ -299,6 +301,24 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
         );
         out.sample("laneledger_write_queue_capacity", &[], w.queue_capacity());
     }
+    if let Some(ticks) = state.session.sql_cpu_ticks() {
+        out.family(
+            "laneledger_sql_cpu_seconds_total",
+            "counter",
+            "CPU time (user and system) of the threads SQL runs on, in seconds.",
+        );
+        out.sample("laneledger_sql_cpu_seconds_total", &[], ticks as f64 / 100.0);
+    }
+    out.family(
+        "laneledger_connections_refused_total",
+        "counter",
+        "Connections closed at once because the open-connection cap was reached.",
+    );
+    out.sample(
+        "laneledger_connections_refused_total",
+        &[],
+        crate::server::REFUSED_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let week = match p.week {
         Some(w) => w,
         None => laneledger_query::audits::iso_week_of(laneledger_store::now_micros()),
@@ -314,15 +334,11 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
             for a in &review.alerts {
                 let name = format!("laneledger_{}", a.metric);
                 if let Some(v) = a.value {
-                    out.family(&name, "gauge", &format!("{} for the ISO week (seed ratio).", a.metric));
+                    out.family(&name, "gauge", &format!("{} in the ISO week.", a.label));
                     out.sample(&name, &[("week", &week)], v);
                 }
                 let t = format!("{name}_threshold");
-                out.family(
-                    &t,
-                    "gauge",
-                    &format!("The alert fires when {} is above this.", a.metric),
-                );
+                out.family(&t, "gauge", &format!("The alert fires when {} is above this.", a.label));
                 out.sample(&t, &[], a.threshold);
             }
             out.family(

@@ -1,11 +1,12 @@
-//! `GET /` and `GET /weeks/{week}`: seed 000's drill table for one ISO week beside the week
-//! before, the two alerts, and every week with data; from the view `weekly_metrics`.
+//! `GET /` and `GET /weeks/{week}`: one ISO week's alerts (red ones first), the drill table beside
+//! the week before, the audit sections, and every week with data; from the view `weekly_metrics`
+//! and the audit tables.
 
 use askama::Template;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::{Section, WeekMetrics, WeekReview, format_count, format_ratio};
+use laneledger_query::{AlertCheck, Section, WeekMetrics, WeekReview, format_count, format_ratio};
 
 use crate::AppState;
 use crate::daily::DailyView;
@@ -23,7 +24,7 @@ struct MetricRow {
     change: String,
 }
 
-/// One of seed 000's alerts.
+/// One alert card.
 struct AlertRow {
     /// `cross-lane retries per job`.
     label: &'static str,
@@ -34,8 +35,11 @@ struct AlertRow {
     state: StateView,
     /// The verdict in words: `0.147 is at or below 0.20: pass`.
     verdict: String,
+    /// The counts behind the value: `3 of 20 jobs went past the attempt bound`.
+    detail: String,
+    /// The anchor of the section with the rows behind it.
+    section: &'static str,
 }
-
 /// The review of one week.
 #[derive(Template)]
 #[template(path = "review.html")]
@@ -47,7 +51,10 @@ struct ReviewPage {
     /// The previous week with data, when there is one.
     previous: Option<String>,
     rows: Vec<MetricRow>,
+    /// Every alert, the red ones first.
     alerts: Vec<AlertRow>,
+    /// How many alerts fire this week.
+    firing: usize,
     /// Seed 000 query 1's tokens per artifact (÷ `SUM(artifacts)`), this week and the previous.
     seed_q1: String,
     seed_q1_before: String,
@@ -176,15 +183,6 @@ pub(crate) fn threshold_text(t: f64) -> String {
     }
 }
 
-fn alert_label(metric: &str) -> &'static str {
-    match metric {
-        "cross_lane_retries_per_job" => "cross-lane retries per job",
-        "duplicate_artifacts_per_100_jobs" => "duplicate artifacts per 100 jobs",
-        "free_admit_miss_rate" => "free admits that missed slack (freeze dwell_gate_enabled)",
-        _ => "alert",
-    }
-}
-
 /// An alert's verdict in words, with the figure and the threshold.
 fn verdict(value: &str, threshold: &str, state: laneledger_query::AlertState) -> String {
     match state {
@@ -197,9 +195,9 @@ fn verdict(value: &str, threshold: &str, state: laneledger_query::AlertState) ->
 fn review_page(
     review: WeekReview,
     weeks: &[WeekMetrics],
+    by_week: &[(String, Vec<AlertCheck>)],
     sections: Vec<Section>,
     daily: DailyView,
-    state: &AppState,
     latest: bool,
 ) -> ReviewPage {
     let w = &review.week;
@@ -216,29 +214,33 @@ fn review_page(
         week_start: w.week_start.get(..10).unwrap_or(&w.week_start).to_string(),
         previous: p.map(|p| p.iso_week.clone()),
         rows: drill_rows(w, p),
+        firing: review.firing().count(),
         alerts: review
-            .alerts
-            .iter()
+            .firing()
+            .chain(
+                review
+                    .alerts
+                    .iter()
+                    .filter(|a| a.state != laneledger_query::AlertState::Alert),
+            )
             .map(|a| {
                 let value = format_ratio(a.value, decimals(a.metric));
                 let threshold = threshold_text(a.threshold);
                 AlertRow {
-                    label: alert_label(a.metric),
+                    label: a.label,
                     metric: a.metric,
                     verdict: verdict(&value, &threshold, a.state),
                     value,
                     threshold,
                     state: a.state.into(),
+                    detail: a.detail.clone(),
+                    section: a.section,
                 }
             })
             .collect(),
         seed_q1: format_ratio(w.tokens_per_artifact, 1),
         seed_q1_before: p.map_or("—".to_string(), |p| format_ratio(p.tokens_per_artifact, 1)),
-        weeks: weeks
-            .iter()
-            .rev()
-            .map(|m| WeekRow::new(m, &state.thresholds, m.iso_week == w.iso_week))
-            .collect(),
+        weeks: crate::weeks::week_rows(weeks, by_week, Some(&w.iso_week)),
         sections: crate::sections::views(sections),
         daily,
         drill_sql: crate::downloads::drill_sql(&w.iso_week),
@@ -258,7 +260,8 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
     }
     let (review, sections) = state.session.review_with_sections(None, &state.thresholds).await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, sections, daily, &state, true)).into_response())
+    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
+    Ok(HtmlTemplate(review_page(review, &weeks, &by_week, sections, daily, true)).into_response())
 }
 
 /// `GET /weeks/{week}`: one week's review; 400 for a bad label, 404 for a week without data.
@@ -273,7 +276,8 @@ pub(crate) async fn week(
         .await?;
     let weeks = state.session.weeks().await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
+    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
     Ok(HtmlTemplate(review_page(
-        review, &weeks, sections, daily, &state, false,
+        review, &weeks, &by_week, sections, daily, false,
     )))
 }

@@ -28,9 +28,9 @@ const JOB_COLUMNS: [&str; 2] = ["job_id", "refused_job_id"];
 
 fn heading(g: Group) -> &'static str {
     match g {
-        Group::Lane => "Lanes and duplicates (seed 000)",
-        Group::Keys => "Key refusals (seed 002)",
-        Group::Gate => "Dwell gate (seed 003)",
+        Group::Lane => "Lanes and duplicates",
+        Group::Keys => "Key refusals",
+        Group::Gate => "Dwell gate",
     }
 }
 

@@ -55,11 +55,11 @@ struct SqlPage {
 const VIEW_NOTES: [(&str, &str); 9] = [
     (
         "job_rollup",
-        "seed 000's per-job rollup (the seed's view, materialized per write)",
+        "each job's attempts by lane, its tokens and its distinct artifacts (materialized per write)",
     ),
     (
         "week_rollup",
-        "SPEC 4's drill table from the attempts, one row per ISO week (materialized per write)",
+        "the drill table from the attempts, one row per ISO week (materialized per write)",
     ),
     (
         "weekly_metrics",
@@ -73,15 +73,15 @@ const VIEW_NOTES: [(&str, &str); 9] = [
         "job_week",
         "the ISO week of each job's first attempt (materialized per write)",
     ),
-    ("gate_weekly", "seed 003's dwell-gate ratios per ISO week"),
-    ("refusal_by_kind", "seed 002 refusals by error_kind and week"),
+    ("gate_weekly", "the dwell gate's decisions and ratios per ISO week"),
+    ("refusal_by_kind", "refused attempts by error_kind and week"),
     (
         "refusal_by_code",
-        "seed 002 refusals by ISO week, HTTP status and provider code",
+        "refused attempts by ISO week, HTTP status and provider code",
     ),
     (
         "free_lane_bet",
-        "seed 000's free-lane bet per ISO week: free p95 latency, ambiguous rate, token delta",
+        "when the free lane is the wrong bet, per ISO week: free p95 latency, ambiguous rate, token delta",
     ),
 ];
 

@@ -4,8 +4,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use laneledger_query::metrics::alerts;
-use laneledger_query::{AlertState, Thresholds, WeekMetrics, format_count, format_ratio};
+use laneledger_query::{AlertCheck, AlertState, WeekMetrics, format_count, format_ratio};
 
 use crate::AppState;
 use crate::error::{AppError, Error};
@@ -42,12 +41,7 @@ impl From<AlertState> for StateView {
 
 /// Decimals shown for a ratio metric, as `laneledger review` shows them.
 pub(crate) fn decimals(metric: &str) -> usize {
-    match metric {
-        "cross_lane_retries_per_job" => 3,
-        "duplicate_artifacts_per_100_jobs" => 2,
-        "free_admit_miss_rate" => 3,
-        _ => 1,
-    }
+    laneledger_query::metrics::alert_decimals(metric)
 }
 
 /// One line of a weeks table.
@@ -63,22 +57,23 @@ pub(crate) struct WeekRow {
     pub duplicates_state: StateView,
     pub cross_lane_per_job: String,
     pub cross_lane_state: StateView,
+    /// The alerts that fire in the week, in words, with the section anchor behind each.
+    pub firing: Vec<(&'static str, &'static str)>,
+    /// Alerts checked in the week.
+    pub checked: usize,
     /// The week the page is about (highlighted).
     pub current: bool,
 }
 
 impl WeekRow {
-    /// The row for `m`, its alerts checked against `t`.
-    pub(crate) fn new(m: &WeekMetrics, t: &Thresholds, current: bool) -> Self {
-        let mut cross = AlertState::NoData;
-        let mut dup = AlertState::NoData;
-        for a in alerts(m, t) {
-            match a.metric {
-                "cross_lane_retries_per_job" => cross = a.state,
-                "duplicate_artifacts_per_100_jobs" => dup = a.state,
-                _ => {}
-            }
-        }
+    /// The row for `m`, with the week's `alerts` (every one, [`laneledger_query::metrics::week_alerts`]).
+    pub(crate) fn new(m: &WeekMetrics, alerts: &[AlertCheck], current: bool) -> Self {
+        let state_of = |metric: &str| {
+            alerts
+                .iter()
+                .find(|a| a.metric == metric)
+                .map_or(AlertState::NoData, |a| a.state)
+        };
         WeekRow {
             iso_week: m.iso_week.clone(),
             monday: m.week_start.get(..10).unwrap_or(&m.week_start).to_string(),
@@ -90,12 +85,38 @@ impl WeekRow {
                 m.duplicate_artifacts_per_100_jobs,
                 decimals("duplicate_artifacts_per_100_jobs"),
             ),
-            duplicates_state: dup.into(),
+            duplicates_state: state_of("duplicate_artifacts_per_100_jobs").into(),
             cross_lane_per_job: format_ratio(m.cross_lane_retries_per_job, decimals("cross_lane_retries_per_job")),
-            cross_lane_state: cross.into(),
+            cross_lane_state: state_of("cross_lane_retries_per_job").into(),
+            firing: alerts
+                .iter()
+                .filter(|a| a.state == AlertState::Alert)
+                .map(|a| (a.label, a.section))
+                .collect(),
+            checked: alerts.len(),
             current,
         }
     }
+}
+
+/// The weeks table's rows, newest first: `weeks` (oldest first) with their alerts `by_week`
+/// ([`laneledger_query::Session::alerts_by_week`]); `current` is highlighted.
+pub(crate) fn week_rows(
+    weeks: &[WeekMetrics],
+    by_week: &[(String, Vec<AlertCheck>)],
+    current: Option<&str>,
+) -> Vec<WeekRow> {
+    weeks
+        .iter()
+        .rev()
+        .map(|m| {
+            let alerts = by_week
+                .iter()
+                .find(|(w, _)| *w == m.iso_week)
+                .map_or(&[][..], |(_, a)| a.as_slice());
+            WeekRow::new(m, alerts, current == Some(m.iso_week.as_str()))
+        })
+        .collect()
 }
 
 /// The weeks page.
@@ -122,14 +143,14 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
         (
             "cross-lane retries per job",
             "cross_lane_retries_per_job",
-            "Jobs with both a free and a paid attempt ÷ jobs, per ISO week of the job's first attempt (seed 000).",
+            "Jobs with both a free and a paid attempt ÷ jobs, per ISO week of the job's first attempt.",
             t.cross_lane_retries_per_job,
             |m| m.cross_lane_retries_per_job,
         ),
         (
             "duplicate artifacts per 100 jobs",
             "duplicate_artifacts_per_100_jobs",
-            "100 × duplicate artifacts (Σ over idem_key of distinct artifact_id − 1) ÷ jobs, per ISO week (seed 000).",
+            "100 × duplicate artifacts (Σ over idem_key of distinct artifact_id − 1) ÷ jobs, per ISO week.",
             t.duplicate_artifacts_per_100_jobs,
             |m| m.duplicate_artifacts_per_100_jobs,
         ),
@@ -158,7 +179,7 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
         out.push(TrendView {
             title,
             metric,
-            description: "admit_free decisions that recorded slack_miss ÷ admit_free decisions, per ISO week of decided_at, for the weeks with gate decisions (seed 003; above the threshold, freeze dwell_gate_enabled).",
+            description: "admit_free decisions that recorded slack_miss ÷ admit_free decisions, per ISO week of decided_at, for the weeks with gate decisions (above the threshold, freeze dwell_gate_enabled).",
             svg: trend_chart(title, metric, &points, threshold, &threshold_s, decimals(metric))?,
             threshold: threshold_s,
             sql: format!("SELECT iso_week, {metric} FROM gate_weekly ORDER BY week_start"),
@@ -171,11 +192,8 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
 pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<impl Template>, AppError> {
     let weeks = state.session.weeks().await?;
     let trends = trends(&state, &weeks).await?;
-    let rows = weeks
-        .iter()
-        .rev()
-        .map(|m| WeekRow::new(m, &state.thresholds, false))
-        .collect();
+    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
+    let rows = week_rows(&weeks, &by_week, None);
     Ok(HtmlTemplate(WeeksPage {
         nav: "weeks",
         title: "Weeks",

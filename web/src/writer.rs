@@ -201,13 +201,23 @@ fn commit_group(ledger: &Ledger, group: Vec<Job>, stats: &WriterStats) {
     let mut decisions = Vec::new();
     for Job { batch, reply } in group {
         match batch {
+            // A group's first batch is taken as it is, not copied: a body of 100,000 records
+            // is about 30 MB of them.
             Batch::Attempts(v) => {
                 attempt_jobs.push((reply, v.len()));
-                attempts.extend(v);
+                if attempts.is_empty() {
+                    attempts = v;
+                } else {
+                    attempts.extend(v);
+                }
             }
             Batch::Decisions(v) => {
                 decision_jobs.push((reply, v.len()));
-                decisions.extend(v);
+                if decisions.is_empty() {
+                    decisions = v;
+                } else {
+                    decisions.extend(v);
+                }
             }
         }
     }

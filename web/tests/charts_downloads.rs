@@ -420,8 +420,9 @@ async fn the_drill_weeks_read_alert_for_the_nopin_week_and_pass_for_the_pin_week
         .await[0];
         let cross = m["c"].as_f64().unwrap();
         let dup = m["d"].as_f64().unwrap();
+        let by_metric = |metric: &str| cards.iter().find(|c| c.0 == metric).cloned().unwrap();
         assert_eq!(
-            cards[0],
+            by_metric("cross_lane_retries_per_job"),
             (
                 "cross_lane_retries_per_job".to_string(),
                 "pass".to_string(),
@@ -435,7 +436,7 @@ async fn the_drill_weeks_read_alert_for_the_nopin_week_and_pass_for_the_pin_week
             format!("{dup:.2} is at or below 1: pass")
         };
         assert_eq!(
-            cards[1],
+            by_metric("duplicate_artifacts_per_100_jobs"),
             (
                 "duplicate_artifacts_per_100_jobs".to_string(),
                 want_dup.to_string(),
@@ -443,14 +444,28 @@ async fn the_drill_weeks_read_alert_for_the_nopin_week_and_pass_for_the_pin_week
             ),
             "{week}"
         );
-        assert!(html.contains(&format!("<section class=\"card {}\">", want_dup.to_lowercase())));
+        assert!(html.contains(&format!(
+            "<section class=\"card {}\" id=\"alert-duplicate_artifacts_per_100_jobs\">",
+            want_dup.to_lowercase()
+        )));
+        // The red cards come first.
+        let first_pass = cards.iter().position(|c| c.1 != "ALERT").unwrap_or(cards.len());
+        assert!(cards[first_pass..].iter().all(|c| c.1 != "ALERT"), "{week}: {cards:?}");
     }
-    // The front page is the latest week, 2026-W48, with seed 003's gate alert after seed 000's.
+    // The front page is the latest week, 2026-W48: the gate's two alerts fire and come first;
+    // seed 000's two pass.
     let html = get(&state, "/").await.body;
     let cards = alert_cards(&html);
-    assert_eq!(cards[0].1, "pass");
-    assert_eq!(cards[1].1, "pass");
-    assert_eq!(cards[2].0, "free_admit_miss_rate");
+    let firing: Vec<&str> = cards.iter().filter(|c| c.1 == "ALERT").map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        firing,
+        ["free_admit_miss_rate", "gate_decision_mismatches_per_100_decisions"]
+    );
+    assert_eq!(cards[0].0, "free_admit_miss_rate");
+    assert_eq!(cards[2].0, "cross_lane_retries_per_job");
+    assert_eq!(cards[2].1, "pass");
+    assert_eq!(cards[3].0, "duplicate_artifacts_per_100_jobs");
+    assert_eq!(cards[3].1, "pass");
 }
 
 #[tokio::test]

@@ -241,7 +241,8 @@ async fn the_front_page_reviews_the_latest_week_beside_the_one_before() {
         html.contains("<h1>Weekly review: 2026-W47 (latest week)</h1>"),
         "{html}"
     );
-    assert!(html.contains("from the SQL view <code>weekly_metrics</code>"));
+    // W47: seed 000's two, one job sent free after a refusal that pins (j5), and j5's overload.
+    assert!(html.contains("<strong>4 alerts this week</strong>"), "{html}");
     assert_eq!(metric(&html, "jobs"), ["4", "2", "+2"]);
     assert_eq!(metric(&html, "unique accepted artifacts"), ["4", "2", "+2"]);
     assert_eq!(metric(&html, "free attempts"), ["3", "3", "0"]);
@@ -260,13 +261,15 @@ async fn the_front_page_reviews_the_latest_week_beside_the_one_before() {
         metric(&html, "cross-lane retries per job"),
         ["0.500", "0.000", "+0.500"]
     );
-    assert!(html.contains("Tokens per artifact (seed query 1, divides by SUM(artifacts)): <strong>880.0</strong>"));
-    // Both alerts fire this week, each with its value and threshold, in words and colour.
-    let alerts =
-        &html[html.find("<h2>Alerts</h2>").expect("alerts")..html.find("<h2>Drill table</h2>").expect("drill")];
+    assert!(html.contains(
+        "Tokens per artifact, counting each job's distinct artifacts (duplicates included): <strong>880.0</strong>"
+    ));
+    // Seed 000's two alerts fire this week, each with its value and threshold, in words and colour.
+    let alerts = &html
+        [html.find("<h2>Alerts</h2>").expect("alerts")..html.find("<h2 id=\"drill\">Drill table</h2>").expect("drill")];
     assert_eq!(
         alerts.matches(r#"<span class="badge alert">ALERT</span>"#).count(),
-        2,
+        4,
         "{alerts}"
     );
     assert!(alerts.contains("0.500<span>alert above 0.20</span>"), "{alerts}");
@@ -291,11 +294,18 @@ async fn a_chosen_week_has_its_own_review_and_passing_alerts() {
     assert_eq!(metric(&html, "jobs"), ["2", "—", "—"]);
     assert_eq!(metric(&html, "total tokens"), ["1,600", "—", "—"]);
     assert_eq!(metric(&html, "cross-lane retries per job"), ["0.000", "—", "—"]);
-    let alerts =
-        &html[html.find("<h2>Alerts</h2>").expect("alerts")..html.find("<h2>Drill table</h2>").expect("drill")];
+    let alerts = &html
+        [html.find("<h2>Alerts</h2>").expect("alerts")..html.find("<h2 id=\"drill\">Drill table</h2>").expect("drill")];
+    assert!(html.contains("<strong>No alert this week</strong>"));
+    // No attempt names a key or was refused: the three rates over them have no data.
     assert_eq!(
         alerts.matches(r#"<span class="badge pass">pass</span>"#).count(),
-        2,
+        7,
+        "{alerts}"
+    );
+    assert_eq!(
+        alerts.matches(r#"<span class="badge nodata">no data</span>"#).count(),
+        3,
         "{alerts}"
     );
     assert!(!alerts.contains("ALERT"));
@@ -328,11 +338,29 @@ async fn the_weeks_page_lists_every_week_with_its_alert_states() {
     assert_eq!(rows.len(), 2);
     assert_eq!(
         rows[0],
-        ["2026-11-16", "4", "4,400", "1,100.0", "1", "25.00 ALERT", "0.500 ALERT"]
+        [
+            "2026-11-16",
+            "4",
+            "4,400",
+            "1,100.0",
+            "1",
+            "25.00 ALERT",
+            "0.500 ALERT",
+            "4 ALERT cross-lane retries per job; duplicate artifacts per 100 jobs; jobs with a lane policy violation per 100 jobs; pool overload episodes in the week"
+        ]
     );
     assert_eq!(
         rows[1],
-        ["2026-11-09", "2", "1,600", "800.0", "0", "0.00 pass", "0.000 pass"]
+        [
+            "2026-11-09",
+            "2",
+            "1,600",
+            "800.0",
+            "0",
+            "0.00 pass",
+            "0.000 pass",
+            "none of 10"
+        ]
     );
 }
 

@@ -43,13 +43,14 @@ fn attempt(job_id: &str, attempt_no: u32, started: &str, ended: Option<&str>) ->
     }
 }
 
-/// Two finished old jobs (3 attempts), an old open attempt, a recent job (2 attempts).
+/// Two finished old jobs (3 attempts), an old open attempt (started before the cutoff, within the
+/// 7-day grace period: kept), a recent job (2 attempts).
 fn fixture() -> Vec<Incoming> {
     vec![
         attempt("old-1", 1, "2026-09-01T10:00:00Z", Some("2026-09-01T10:00:30Z")),
         attempt("old-1", 2, "2026-09-01T10:01:00Z", Some("2026-09-01T10:01:20Z")),
         attempt("old-2", 1, "2026-09-02T11:00:00Z", Some("2026-09-02T11:00:10Z")),
-        attempt("open-1", 1, "2026-09-03T08:00:00Z", None),
+        attempt("open-1", 1, "2026-09-28T08:00:00Z", None),
         attempt("new-1", 1, "2026-10-20T09:00:00Z", Some("2026-10-20T09:00:40Z")),
         attempt("new-1", 2, "2026-10-20T09:01:00Z", Some("2026-10-20T09:01:05Z")),
     ]
@@ -121,12 +122,12 @@ async fn retention_page_shows_the_cutoff_days_sweeps_and_last_verify() {
     assert_eq!(status, StatusCode::OK);
     let page = text(&html);
     for expected in [
-        "oldest attempt held 2026-09-03T08:00:00Z (3 attempts held)",
+        "oldest attempt held 2026-09-28T08:00:00Z (3 attempts held)",
         "retention 30 days",
         "cutoff 2026-10-02T00:00:00Z",
-        "a sweep now would remove 0 jobs, 0 attempts (kept: 1 old jobs with an open attempt, 0 inside a reconcile window)",
+        "a sweep now would remove 0 jobs, 0 attempts (kept: 1 old job with an open attempt, 0 inside a reconcile window)",
         "next sweep none scheduled in this process",
-        "2026-09-03 1 before the cutoff",
+        "2026-09-28 1 before the cutoff",
         "2026-10-20 2 inside the window",
         &format!("1 2026-10-31T00:00:00Z 2026-10-01T00:00:00Z 30 2 3 2026-W36 — {digest}"),
         &format!(

@@ -487,17 +487,11 @@ pub fn mismatch_schema() -> SchemaRef {
 pub fn contradiction(outcome: Outcome, k: ErrorKind) -> Option<&'static str> {
     match (outcome, k) {
         (Outcome::Retryable, ErrorKind::Quota) => {
-            Some("a spent quota closes the key for the long break (seed 002 key_closes): not retryable on it")
+            Some("a spent quota closes the key for the long break: not retryable on it")
         }
-        (Outcome::Retryable, ErrorKind::Auth) => {
-            Some("a refused key closes for the long break (seed 002 key_closes): not retryable on it")
-        }
-        (Outcome::Retryable, ErrorKind::Request) => {
-            Some("a wrong request fails on every key (seed 002 FA_FAIL): not retryable")
-        }
-        (Outcome::Permanent, ErrorKind::Transient) => {
-            Some("a transient refusal clears on its own (seed 002 KE_TRANSIENT): not permanent")
-        }
+        (Outcome::Retryable, ErrorKind::Auth) => Some("a refused key closes for the long break: not retryable on it"),
+        (Outcome::Retryable, ErrorKind::Request) => Some("a wrong request fails on every key: not retryable"),
+        (Outcome::Permanent, ErrorKind::Transient) => Some("a transient refusal clears on its own: not permanent"),
         (Outcome::Ok, ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth | ErrorKind::Request) => {
             Some("a refusal is not an answer")
         }
