@@ -43,6 +43,27 @@ pub struct Section {
     pub rows: Vec<Vec<Option<String>>>,
     /// How many rows the SQL returns in all (more than `rows.len()` when cut).
     pub total_rows: usize,
+    /// Counts of the rows grouped by what matters for the section (kind, reason, key, pool,
+    /// model), shown above them; `None` for a section that is itself a count, or has no rows.
+    pub summary: Option<Summary>,
+}
+
+/// Groups a summary shows; its SQL returns them all.
+pub const MAX_SUMMARY_ROWS: usize = 20;
+
+/// A section's rows counted by group, most first: the table a reader sees before the rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The SQL that counts them (runs as is in `laneledger sql`).
+    pub sql: String,
+    /// Column names: the grouping columns, then the counts.
+    pub columns: Vec<String>,
+    /// Cells formatted for people; `None` is SQL NULL. At most [`MAX_SUMMARY_ROWS`] groups.
+    pub rows: Vec<Vec<Option<String>>>,
+    /// How many groups the SQL returns in all (more than `rows.len()` when cut).
+    pub total_rows: usize,
+    /// The first `groups` columns are what the rows are grouped by; the others count them.
+    pub groups: usize,
 }
 
 impl Section {
@@ -52,7 +73,7 @@ impl Section {
     }
 }
 
-fn cells(batches: &[RecordBatch], max_rows: usize) -> Result<Vec<Vec<Option<String>>>> {
+pub(crate) fn cells(batches: &[RecordBatch], max_rows: usize) -> Result<Vec<Vec<Option<String>>>> {
     let opts = FormatOptions::default();
     let mut out = Vec::new();
     for b in batches {
@@ -83,6 +104,8 @@ struct Spec {
     title: &'static str,
     description: &'static str,
     sql: &'static str,
+    /// The section's rows counted by group, with `{week}` as in `sql`: shown above the rows.
+    summary: Option<&'static str>,
 }
 
 /// The sections, with `{week}` standing for the ISO week label.
@@ -93,13 +116,15 @@ const SPECS: &[Spec] = &[
         title: "Lane policy violations",
         description: "Each job's attempts replayed through the lane policy (lanes in lane.yaml): a free attempt where it answers paid (after an ambiguous or permanent outcome, once pinned, past the free budget), or a paid attempt where it answers free.",
         sql: "SELECT job_id, attempt_no, lane, expected_lane, kind, reason FROM lane_policy_violation WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+        summary: Some("SELECT v.kind, v.reason, a.model, COUNT(*) AS violations, COUNT(DISTINCT v.job_id) AS jobs FROM lane_policy_violation v LEFT JOIN job_attempt a ON a.job_id = v.job_id AND a.attempt_no = v.attempt_no WHERE v.iso_week = '{week}' GROUP BY v.kind, v.reason, a.model ORDER BY violations DESC, v.kind, v.reason, a.model"),
     },
     Spec {
         id: "duplicate_reconciliation",
         group: Group::Lane,
         title: "Duplicates against the reconcile window",
         description: "Each later artifact of an idem_key, by the gap between the first artifact's ended_at and its own: inside lane.yaml's late_completion_window_s (900 s by default) it was reconcilable, after it the window was too short.",
-        sql: "SELECT idem_key, artifact_id, first_artifact_id, job_id, attempt_no, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '{week}' ORDER BY class, gap_s",
+        sql: "SELECT idem_key, artifact_id, first_artifact_id, job_id, attempt_no, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '{week}' ORDER BY class, gap_s, idem_key, artifact_id, job_id, attempt_no",
+        summary: Some("SELECT d.class, a.model, COUNT(*) AS duplicates, COUNT(DISTINCT d.idem_key) AS keys FROM duplicate_reconciliation d LEFT JOIN job_attempt a ON a.job_id = d.job_id AND a.attempt_no = d.attempt_no WHERE d.iso_week = '{week}' GROUP BY d.class, a.model ORDER BY duplicates DESC, d.class, a.model"),
     },
     Spec {
         id: "idem_key_source",
@@ -107,6 +132,7 @@ const SPECS: &[Spec] = &[
         title: "Where the idempotency keys came from",
         description: "Attempts by the source of their idempotency key: sent with the record, or the request id a router's mapping declared as its fallback (ingest --idem-fallback; such keys start with fallback:). A fallback key is one per request, so duplicates across a client's own retries cannot be seen through it.",
         sql: "SELECT CASE WHEN starts_with(idem_key, 'fallback:') THEN 'fallback: the request id' ELSE 'sent with the record' END AS key_source, COUNT(*) AS attempts, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS share_pct FROM job_attempt WHERE to_char(started_at, '%G-W%V') = '{week}' GROUP BY 1 ORDER BY attempts DESC, key_source",
+        summary: None,
     },
     Spec {
         id: "refusal_by_kind",
@@ -114,6 +140,7 @@ const SPECS: &[Spec] = &[
         title: "Refusals by kind",
         description: "Attempts a provider refused, by error kind (from http_status and provider_code: transient, quota, auth, request).",
         sql: "SELECT error_kind, attempts, keys FROM refusal_by_kind WHERE iso_week = '{week}' ORDER BY attempts DESC, error_kind",
+        summary: Some("SELECT a.error_kind, a.pool_id, a.model, COUNT(*) AS attempts, COUNT(DISTINCT a.key_id) AS keys FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE w.iso_week = '{week}' AND a.error_kind IS NOT NULL AND a.error_kind <> 'ok' GROUP BY a.error_kind, a.pool_id, a.model ORDER BY attempts DESC, a.error_kind, a.pool_id, a.model"),
     },
     Spec {
         id: "refusal_by_code",
@@ -121,6 +148,7 @@ const SPECS: &[Spec] = &[
         title: "Refusals by provider code",
         description: "The same refusals by HTTP status and provider code. z.ai codes: 1302 is a rate limit and 1305 an overload (both transient); 1113 and 1308–1321, except 1312, mean a spent quota.",
         sql: "SELECT http_status, provider_code, error_kind, attempts FROM refusal_by_code WHERE iso_week = '{week}' ORDER BY attempts DESC, http_status, provider_code",
+        summary: None,
     },
     Spec {
         id: "same_key_retry",
@@ -128,13 +156,15 @@ const SPECS: &[Spec] = &[
         title: "Retries on the key that just refused",
         description: "An attempt on the very key that refused the job's previous attempt: the next attempt should never go to the key that just failed.",
         sql: "SELECT job_id, attempt_no, key_id, pool_id, previous_kind, previous_http_status, previous_provider_code FROM same_key_retry WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+        summary: Some("SELECT s.key_id, s.pool_id, a.model, s.previous_kind, COUNT(*) AS retries, COUNT(DISTINCT s.job_id) AS jobs FROM same_key_retry s LEFT JOIN job_attempt a ON a.job_id = s.job_id AND a.attempt_no = s.attempt_no WHERE s.iso_week = '{week}' GROUP BY s.key_id, s.pool_id, a.model, s.previous_kind ORDER BY retries DESC, s.key_id, s.pool_id, a.model, s.previous_kind"),
     },
     Spec {
         id: "key_rest_violation",
         group: Group::Keys,
         title: "Keys used inside their rest or long break",
         description: "A key used again before its rest ran out after a transient refusal (15 s doubling per strike, at most 240 s), or within the 1,800 s break after a quota or auth refusal.",
-        sql: "SELECT key_id, job_id, attempt_no, started_at, rest, refused_job_id, refused_kind, strikes, rest_s, early_s FROM key_rest_violation WHERE iso_week = '{week}' ORDER BY key_id, started_at",
+        sql: "SELECT key_id, job_id, attempt_no, started_at, rest, refused_job_id, refused_kind, strikes, rest_s, early_s FROM key_rest_violation WHERE iso_week = '{week}' ORDER BY key_id, started_at, job_id, attempt_no",
+        summary: Some("SELECT k.key_id, k.pool_id, a.model, k.rest, COUNT(*) AS uses, COUNT(DISTINCT k.job_id) AS jobs, ROUND(MAX(k.early_s), 1) AS most_early_s FROM key_rest_violation k LEFT JOIN job_attempt a ON a.job_id = k.job_id AND a.attempt_no = k.attempt_no WHERE k.iso_week = '{week}' GROUP BY k.key_id, k.pool_id, a.model, k.rest ORDER BY uses DESC, k.key_id, k.pool_id, a.model, k.rest"),
     },
     Spec {
         id: "pool_overload_episode",
@@ -142,6 +172,7 @@ const SPECS: &[Spec] = &[
         title: "Pool overload episodes",
         description: "At least keys.pool_overload_keys (3 by default) distinct keys of one pool answered 1305 inside keys.overload_window_s (60 s): the pool's model was overloaded and the next attempt belonged on the next pool.",
         sql: "SELECT pool_id, started_at, ended_at, refusals_1305, distinct_keys, keys, pool_size_seen, window_s FROM pool_overload_episode WHERE iso_week = '{week}' ORDER BY started_at",
+        summary: Some("SELECT pool_id, COUNT(*) AS episodes, SUM(refusals_1305) AS refusals_1305, MAX(distinct_keys) AS most_keys FROM pool_overload_episode WHERE iso_week = '{week}' GROUP BY pool_id ORDER BY episodes DESC, pool_id"),
     },
     Spec {
         id: "attempt_bound_exceeded",
@@ -149,6 +180,7 @@ const SPECS: &[Spec] = &[
         title: "Jobs past the attempt bound",
         description: "Jobs with more attempts than keys.max_attempts_per_turn (8 by default).",
         sql: "SELECT job_id, attempts, bound, last_outcome FROM attempt_bound_exceeded WHERE iso_week = '{week}' ORDER BY attempts DESC, job_id",
+        summary: Some("SELECT last_outcome, COUNT(*) AS jobs, SUM(attempts) AS attempts, MAX(attempts) AS most_attempts FROM attempt_bound_exceeded WHERE iso_week = '{week}' GROUP BY last_outcome ORDER BY jobs DESC, last_outcome"),
     },
     Spec {
         id: "outcome_mismatch",
@@ -156,6 +188,7 @@ const SPECS: &[Spec] = &[
         title: "Outcomes that contradict the refusal",
         description: "The router's outcome against the refusal's error kind: a quota code sent as retryable, a wrong request sent as retryable, a transient refusal sent as permanent, a refusal sent as ok.",
         sql: "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason FROM outcome_mismatch WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
+        summary: Some("SELECT o.reason, o.error_kind, a.model, COUNT(*) AS attempts, COUNT(DISTINCT o.job_id) AS jobs FROM outcome_mismatch o LEFT JOIN job_attempt a ON a.job_id = o.job_id AND a.attempt_no = o.attempt_no WHERE o.iso_week = '{week}' GROUP BY o.reason, o.error_kind, a.model ORDER BY attempts DESC, o.reason, o.error_kind, a.model"),
     },
 ];
 
@@ -167,6 +200,7 @@ const GATE_SPECS: &[Spec] = &[
         title: "Free admits that missed their slack",
         description: "admit_free decisions that later recorded slack_miss = true: each is worth a page, with dwell, slack and retry count attached.",
         sql: "SELECT job_id, decided_at, dwell_s, deadline_slack_s, retry_count, queue_age_s, expected_service_s, retry_tax_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss ORDER BY decided_at",
+        summary: Some("SELECT retry_count, COUNT(*) AS decisions, ROUND(AVG(dwell_s), 1) AS mean_dwell_s, ROUND(AVG(deadline_slack_s), 1) AS mean_slack_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss GROUP BY retry_count ORDER BY decisions DESC, retry_count"),
     },
     Spec {
         id: "gate_decision_mismatch",
@@ -174,6 +208,7 @@ const GATE_SPECS: &[Spec] = &[
         title: "Decisions that differ from the safe decision",
         description: "The logged decision against the safe decision on the same row (column expected_decision) (age cap, then dwell against slack, with non-positive service or slack deferred).",
         sql: "SELECT job_id, decided_at, decision, expected_decision, queue_age_s, max_queue_age_s, dwell_s, deadline_slack_s, expected_service_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision ORDER BY decided_at",
+        summary: Some("SELECT decision, expected_decision, COUNT(*) AS decisions FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision GROUP BY decision, expected_decision ORDER BY decisions DESC, decision, expected_decision"),
     },
 ];
 
@@ -262,6 +297,7 @@ impl Session {
                 .to_vec(),
             total_rows: rows.len(),
             rows,
+            summary: None,
         })
     }
 
@@ -313,6 +349,10 @@ impl Session {
             let first = count.batches.iter().find(|b| b.num_rows() > 0);
             first.map_or(0, |b| crate::metrics::i64_col(b, "n", 0)) as usize
         };
+        let summary = match spec.summary {
+            Some(summary) if total_rows > 0 => Some(self.summary(&summary.replace("{week}", week)).await?),
+            _ => None,
+        };
         Ok(Section {
             id: spec.id,
             group: spec.group,
@@ -322,8 +362,61 @@ impl Session {
             total_rows,
             rows: cells(&result.batches, MAX_SECTION_ROWS)?,
             sql,
+            summary,
         })
     }
+
+    /// The first [`MAX_SUMMARY_ROWS`] groups of a summary's `sql`, and how many there are.
+    async fn summary(&self, sql: &str) -> Result<Summary> {
+        let result = self.query(sql).await?;
+        Ok(Summary {
+            columns: result.schema.fields().iter().map(|f| f.name().clone()).collect(),
+            total_rows: result.num_rows(),
+            rows: cells(&result.batches, MAX_SUMMARY_ROWS)?,
+            groups: grouped_columns(sql),
+            sql: sql.to_string(),
+        })
+    }
+
+    /// Page `page` (from 1; past the last, the last) of the week's section `id`:
+    /// [`MAX_SECTION_ROWS`] rows a page in the section's order, with its summary. `None` when
+    /// the week has no such section.
+    ///
+    /// A section whose rows are all shown on the week page is one page; a cut one (only a
+    /// section of a single SQL statement is cut) is read again with `LIMIT` and `OFFSET`.
+    ///
+    /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week.
+    pub async fn section_page(&self, week: &str, id: &str, page: usize) -> Result<Option<SectionPage>> {
+        let Some(mut section) = self.audit_sections(week).await?.into_iter().find(|s| s.id == id) else {
+            return Ok(None);
+        };
+        let pages = section.total_rows.div_ceil(MAX_SECTION_ROWS).max(1);
+        let page = page.clamp(1, pages);
+        let first_row = (page - 1) * MAX_SECTION_ROWS;
+        if page > 1 {
+            let sql = format!("{} LIMIT {MAX_SECTION_ROWS} OFFSET {first_row}", section.sql);
+            section.rows = cells(&self.query(&sql).await?.batches, MAX_SECTION_ROWS)?;
+        }
+        Ok(Some(SectionPage {
+            section,
+            page,
+            pages,
+            first_row,
+        }))
+    }
+}
+
+/// One page of a section's rows ([`Session::section_page`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SectionPage {
+    /// The section, its `rows` those of this page.
+    pub section: Section,
+    /// This page, from 1.
+    pub page: usize,
+    /// Pages in all (at least 1).
+    pub pages: usize,
+    /// The 0-based index of the page's first row among all the section's rows.
+    pub first_row: usize,
 }
 
 /// Sections computed at once by [`Session::audit_sections`].
@@ -408,36 +501,55 @@ impl Session {
             columns: ["condition", "measured", "holds", "route"].map(String::from).to_vec(),
             total_rows: rows.len(),
             rows,
+            summary: None,
         })
     }
 }
 
-/// Plain text of a section: the title, then an aligned table (or "none").
-pub fn section_text(s: &Section) -> String {
-    let mut out = format!("{}\n", s.title);
-    if s.rows.is_empty() {
-        out += "  none\n";
-        return out;
-    }
+/// An aligned table, each line indented by `indent`.
+fn table_text(columns: &[String], rows: &[Vec<Option<String>>], indent: &str) -> String {
     let show = |c: &Option<String>| c.clone().unwrap_or_else(|| "—".to_string());
-    let widths: Vec<usize> = (0..s.columns.len())
+    let widths: Vec<usize> = (0..columns.len())
         .map(|i| {
-            s.rows
-                .iter()
+            rows.iter()
                 .map(|r| show(&r[i]).chars().count())
-                .chain([s.columns[i].len()])
+                .chain([columns[i].len()])
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let line = |cells: Vec<String>| {
         let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        format!("  {}\n", padded.join("  ").trim_end())
+        format!("{indent}{}\n", padded.join("  ").trim_end())
     };
-    out += &line(s.columns.clone());
-    for r in &s.rows {
+    let mut out = line(columns.to_vec());
+    for r in rows {
         out += &line(r.iter().map(show).collect());
     }
+    out
+}
+
+/// Plain text of a section: the title, its summary, then an aligned table (or "none").
+pub fn section_text(s: &Section) -> String {
+    let mut out = format!("{}\n", s.title);
+    if s.rows.is_empty() {
+        out += "  none\n";
+        return out;
+    }
+    if let Some(sum) = &s.summary {
+        out += &format!("  In all, by {}:\n", summary_groups(sum).join(", "));
+        out += &table_text(&sum.columns, &sum.rows, "    ");
+        if sum.total_rows > sum.rows.len() {
+            out += &format!(
+                "    … {} groups in all; the first {} shown. All of them: laneledger sql \"{}\"\n",
+                sum.total_rows,
+                sum.rows.len(),
+                sum.sql
+            );
+        }
+        out += "  The rows:\n";
+    }
+    out += &table_text(&s.columns, &s.rows, "  ");
     if s.total_rows > s.rows.len() {
         out += &format!(
             "  … {} rows in all; the first {} shown. All of them: laneledger sql \"{}\"\n",
@@ -447,6 +559,22 @@ pub fn section_text(s: &Section) -> String {
         );
     }
     out
+}
+
+/// A summary's grouping columns (the first [`Summary::groups`] columns).
+pub fn summary_groups(s: &Summary) -> Vec<&str> {
+    s.columns.iter().take(s.groups).map(String::as_str).collect()
+}
+
+/// How many columns a summary's SQL groups by: the items of its last `GROUP BY` (the
+/// summaries select their grouping columns first, in that order).
+fn grouped_columns(sql: &str) -> usize {
+    let Some(at) = sql.rfind("GROUP BY ") else {
+        return 0;
+    };
+    let rest = &sql[at + "GROUP BY ".len()..];
+    let end = rest.find(" ORDER BY").or_else(|| rest.find(" HAVING")).unwrap_or(rest.len());
+    rest[..end].split(',').count()
 }
 
 /// The weekly review as one JSON document, as `laneledger review --format json` prints it and

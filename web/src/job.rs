@@ -58,6 +58,17 @@ impl From<&StoredAttempt> for AttemptRow {
     }
 }
 
+/// One audit finding about the job, ready to show.
+struct FindingRow {
+    /// The audit's title.
+    title: &'static str,
+    /// The section on its week's page.
+    href: String,
+    week: String,
+    attempt_no: String,
+    words: String,
+}
+
 /// One job's page.
 #[derive(Template)]
 #[template(path = "job.html")]
@@ -73,6 +84,8 @@ struct JobPage {
     /// The lanes in attempt order, `free → free → paid`.
     lanes: String,
     attempts: Vec<AttemptRow>,
+    /// Why the job was flagged: every audit row that names it.
+    findings: Vec<FindingRow>,
     /// The attempts on a timeline, an inline `<svg>`.
     timeline: String,
     /// The same attempts through SQL (the download's query).
@@ -114,6 +127,21 @@ pub(crate) async fn show(
         .sum();
     let lanes: Vec<&str> = attempts.iter().map(|s| s.attempt.lane.as_str()).collect();
     let timeline = crate::timeline::timeline(&job_id, &attempts).map_err(Error::from)?;
+    // The job's own week (its first attempt's) holds its attempt audits; the weeks of its gate
+    // decisions are added by the query layer.
+    let findings = state
+        .session
+        .job_findings(&job_id, &[iso_week_of(first_start)])
+        .await?
+        .into_iter()
+        .map(|f| FindingRow {
+            title: f.title,
+            href: format!("/weeks/{}#{}", crate::sections::encode_segment(&f.week), f.section),
+            week: f.week,
+            attempt_no: or_dash(f.attempt_no),
+            words: f.words,
+        })
+        .collect();
     Ok(HtmlTemplate(JobPage {
         nav: "",
         title: format!("Job {job_id}"),
@@ -122,6 +150,7 @@ pub(crate) async fn show(
         total_tokens: format_count(i64::try_from(tokens).unwrap_or(i64::MAX)),
         lanes: lanes.join(" → "),
         attempts: attempts.iter().map(AttemptRow::from).collect(),
+        findings,
         timeline,
         sql: crate::downloads::job_sql(&job_id),
         job_id,

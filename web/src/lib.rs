@@ -33,6 +33,7 @@ pub mod otlp;
 pub mod read_api;
 pub mod retention;
 mod review;
+mod section_page;
 mod sections;
 pub mod server;
 mod sql_page;
@@ -190,6 +191,7 @@ pub fn app(state: AppState) -> Router {
         .route("/weeks", get(weeks::list))
         .route("/weeks/{week}", get(review::week))
         .route("/weeks/{week}/tables/{file}", get(downloads::week_file))
+        .route("/weeks/{week}/sections/{id}", get(section_page::page))
         .route("/weeks/tables/{file}", get(downloads::weeks_file))
         .route("/jobs/{job_id}", get(job::show))
         .route("/jobs/{job_id}/tables/{file}", get(downloads::job_file))
@@ -197,6 +199,7 @@ pub fn app(state: AppState) -> Router {
         .route("/duplicates", get(duplicates::list))
         .route("/sql", get(sql_page::page))
         .route("/v1/review", get(read_api::review))
+        .route("/v1/sections/{id}", get(section_page::api))
         .route("/v1/sql", post(read_api::sql))
         .route("/v1/jobs/{job_id}/attempts", get(read_api::job_attempts))
         .route("/v1/idem/{idem_key}/attempts", get(read_api::idem_attempts))

@@ -21,6 +21,44 @@ pub(crate) struct SectionView {
     pub(crate) rows: Vec<Vec<CellView>>,
     /// Rows the SQL returns in all (more than `rows` when the page shows the first ones).
     pub(crate) total_rows: usize,
+    /// The rows counted by group, shown above them.
+    pub(crate) summary: Option<SummaryView>,
+}
+
+/// A section's summary as the template shows it.
+pub(crate) struct SummaryView {
+    /// `kind, reason and model`.
+    pub(crate) by: String,
+    pub(crate) sql: String,
+    pub(crate) columns: Vec<String>,
+    /// How many of the first columns are groups (the rest are counts, right-aligned).
+    pub(crate) groups: usize,
+    pub(crate) rows: Vec<Vec<String>>,
+    pub(crate) total_rows: usize,
+}
+
+impl SummaryView {
+    fn new(s: laneledger_query::Summary) -> Self {
+        let mut by: Vec<String> = s.columns.iter().take(s.groups).cloned().collect();
+        let last = by.pop();
+        let by = match (by.is_empty(), last) {
+            (_, None) => String::new(),
+            (true, Some(l)) => l,
+            (false, Some(l)) => format!("{} and {l}", by.join(", ")),
+        };
+        SummaryView {
+            by,
+            sql: s.sql,
+            groups: s.groups,
+            rows: s
+                .rows
+                .into_iter()
+                .map(|r| r.into_iter().map(|c| c.unwrap_or_else(|| "—".to_string())).collect())
+                .collect(),
+            columns: s.columns,
+            total_rows: s.total_rows,
+        }
+    }
 }
 
 /// Columns whose values are job ids.
@@ -61,6 +99,7 @@ pub(crate) fn views(sections: Vec<Section>) -> Vec<SectionView> {
                 description: s.description,
                 sql: s.sql,
                 total_rows: s.total_rows,
+                summary: s.summary.map(SummaryView::new),
                 rows: s
                     .rows
                     .into_iter()
