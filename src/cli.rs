@@ -240,6 +240,31 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// What-if: decide one week again under another lane.yaml. The week's gate decisions are
+    /// decided again under the other gate caps (exactly), and its jobs are routed again under the
+    /// other lane policy with outcomes drawn from the week's own outcome rates (seeded: the same
+    /// seed gives the same figures), each beside the week as logged and as today's settings give.
+    Whatif {
+        #[command(flatten)]
+        db: DbArg,
+        /// The ISO week, e.g. 2026-W48.
+        #[arg(long)]
+        week: String,
+        /// The changed lane.yaml (`lanes.free.max_attempts`, `lanes.free.pin_on`,
+        /// `lanes.paid.max_attempts`, `keys.max_attempts_per_turn`, `gate.max_queue_age_s`,
+        /// `gate.reserved_service_s` are read). Change one setting at a time.
+        #[arg(long)]
+        config: PathBuf,
+        /// Today's lane.yaml, to compare with; the documented defaults when absent.
+        #[arg(long, value_name = "LANE_YAML")]
+        base: Option<PathBuf>,
+        /// The replay's random seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: ReviewFormat,
+    },
     /// Serve the review site, the read APIs and (with a token) the write APIs. A second process
     /// on the same ledger file is refused. SIGTERM or Ctrl-C stops it after the requests in flight
     /// are answered and every acknowledged batch is committed.

@@ -47,6 +47,7 @@ pub mod sqlite_sum;
 pub mod stop;
 pub mod views;
 pub mod week_rollup;
+pub mod whatif;
 pub mod words;
 
 pub use error::{Error, ExportWriteError, Result};

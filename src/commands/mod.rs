@@ -11,6 +11,7 @@ mod serve;
 mod sql;
 pub mod usage;
 mod verify;
+mod whatif;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -76,6 +77,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             config,
         } => review::run(&db.db, week.as_deref(), format, config.as_deref()),
+        Command::Whatif {
+            db,
+            week,
+            config,
+            base,
+            seed,
+            format,
+        } => whatif::run(&db.db, &week, &config, base.as_deref(), seed, format),
         Command::Serve {
             db,
             addr,

@@ -37,6 +37,7 @@ pub mod retention;
 pub mod sqlite_source;
 pub mod tables;
 pub mod time;
+pub mod whatif;
 mod varint;
 pub mod write_rules;
 

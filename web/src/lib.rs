@@ -40,6 +40,7 @@ mod sql_page;
 mod timeline;
 mod trends;
 mod weeks;
+pub mod whatif;
 pub mod writer;
 
 use std::future::Future;
@@ -190,6 +191,7 @@ pub fn app(state: AppState) -> Router {
         .route("/", get(review::latest))
         .route("/weeks", get(weeks::list))
         .route("/weeks/{week}", get(review::week))
+        .route("/weeks/{week}/whatif", get(whatif::page))
         .route("/weeks/{week}/tables/{file}", get(downloads::week_file))
         .route("/weeks/{week}/sections/{id}", get(section_page::page))
         .route("/weeks/tables/{file}", get(downloads::weeks_file))
@@ -199,6 +201,7 @@ pub fn app(state: AppState) -> Router {
         .route("/duplicates", get(duplicates::list))
         .route("/sql", get(sql_page::page))
         .route("/v1/review", get(read_api::review))
+        .route("/v1/whatif", get(whatif::api))
         .route("/v1/sections/{id}", get(section_page::api))
         .route("/v1/sql", post(read_api::sql))
         .route("/v1/jobs/{job_id}/attempts", get(read_api::job_attempts))
