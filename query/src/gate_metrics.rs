@@ -79,7 +79,7 @@ pub struct GateWeek {
 pub struct GateReview {
     /// The week's figures.
     pub week: GateWeek,
-    /// The figures of the week before it that has decisions, if any.
+    /// The figures of the calendar week before it, when it has decisions.
     pub previous: Option<GateWeek>,
     /// Seed 003's alert: `free_admit_miss_rate` above the threshold.
     pub alert: AlertCheck,

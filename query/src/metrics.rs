@@ -35,6 +35,9 @@ pub struct Thresholds {
     pub outcome_mismatches_per_100_refusals: f64,
     /// `alerts.gate_decision_mismatches_per_100_decisions`: 0.
     pub gate_decision_mismatches_per_100_decisions: f64,
+    /// `alerts.min_jobs`: 20. A week with fewer jobs shows its ratios, but one above its
+    /// threshold is [`AlertState::TooFewJobs`], not an alert.
+    pub min_jobs: i64,
 }
 
 impl Default for Thresholds {
@@ -59,6 +62,7 @@ impl From<&laneledger_store::LaneConfig> for Thresholds {
             jobs_past_attempt_bound_per_100_jobs: a.jobs_past_attempt_bound_per_100_jobs,
             outcome_mismatches_per_100_refusals: a.outcome_mismatches_per_100_refusals,
             gate_decision_mismatches_per_100_decisions: a.gate_decision_mismatches_per_100_decisions,
+            min_jobs: i64::try_from(a.min_jobs).unwrap_or(i64::MAX),
         }
     }
 }
@@ -189,15 +193,18 @@ pub enum AlertState {
     Alert,
     /// The ratio has no denominator this week.
     NoData,
+    /// Above the threshold, but from fewer jobs than `alerts.min_jobs`: shown, not an alert.
+    TooFewJobs,
 }
 
 impl AlertState {
-    /// `pass`, `alert` or `no data`.
+    /// `pass`, `alert`, `no data` or `too few jobs`.
     pub fn as_str(self) -> &'static str {
         match self {
             AlertState::Pass => "pass",
             AlertState::Alert => "alert",
             AlertState::NoData => "no data",
+            AlertState::TooFewJobs => "too few jobs",
         }
     }
 }
@@ -279,8 +286,14 @@ pub fn alert_decimals(metric: &str) -> usize {
 pub struct WeekReview {
     /// The week's figures.
     pub week: WeekMetrics,
-    /// The figures of the week before it that has data, if any.
+    /// The figures of the calendar week before it ([`WeekReview::previous_week`]); `None` when
+    /// no job started in that week: it is shown as empty, and no change is computed against it.
     pub previous: Option<WeekMetrics>,
+    /// The ISO week before `week` (`2026-W01`'s is the last week of 2025), with data or not.
+    pub previous_week: String,
+    /// The week is still in progress: its end (Monday 00:00 UTC of the next week) is after
+    /// now ([`crate::Session::now_micros`]), so its counts will still grow.
+    pub partial: bool,
     /// Every alert of the week, in a fixed order ([`week_alerts`]); red ones are those whose
     /// state is [`AlertState::Alert`].
     pub alerts: Vec<AlertCheck>,
@@ -441,7 +454,8 @@ pub fn gate_mismatch_alert(g: &crate::GateWeek, t: &Thresholds) -> AlertCheck {
 }
 
 /// Every alert of one week, in the review's order: seed 000's two, the audits', then the gate's
-/// two when the week has gate decisions (`gate`).
+/// two when the week has gate decisions (`gate`). In a week with fewer jobs than
+/// `t.min_jobs`, a ratio above its threshold is [`AlertState::TooFewJobs`] instead of an alert.
 pub fn week_alerts(
     m: &WeekMetrics,
     c: &AuditCounts,
@@ -451,6 +465,19 @@ pub fn week_alerts(
 ) -> Vec<AlertCheck> {
     let mut out = alerts(m, t);
     out.extend(audit_alerts(m, c, t));
+    if m.jobs < t.min_jobs {
+        for a in out.iter_mut() {
+            // A count a week divides by nothing; the gate's ratios (below) divide by decisions.
+            if a.state == AlertState::Alert && a.metric != "pool_overload_episodes_per_week" {
+                a.state = AlertState::TooFewJobs;
+                a.detail += &format!(
+                    "; only {} jobs, fewer than the {} a week needs to raise an alert (alerts.min_jobs)",
+                    format_count(m.jobs),
+                    format_count(t.min_jobs)
+                );
+            }
+        }
+    }
     if let Some(g) = gate {
         out.push(crate::gate_metrics::gate_alert(g, gate_t));
         out.push(gate_mismatch_alert(g, t));
@@ -469,6 +496,33 @@ pub fn parse_iso_week(label: &str) -> Result<(i32, u32)> {
     let week: u32 = w.parse().map_err(|_| bad())?;
     chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon).ok_or_else(bad)?;
     Ok((year, week))
+}
+
+/// The Monday an ISO week starts.
+fn week_monday(year: i32, week: u32) -> Result<chrono::NaiveDate> {
+    chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon)
+        .ok_or_else(|| Error::BadWeek(format!("{year}-W{week:02}")))
+}
+
+/// The ISO week before `label`: `2026-W47` → `2026-W46`, `2027-W01` → `2026-W53`.
+pub fn previous_iso_week(label: &str) -> Result<String> {
+    let (y, w) = parse_iso_week(label)?;
+    let before = week_monday(y, w)? - chrono::Days::new(7);
+    let iso = chrono::Datelike::iso_week(&before);
+    Ok(format!("{}-W{:02}", iso.year(), iso.week()))
+}
+
+/// When the ISO week `label` ends: Monday 00:00 UTC of the week after, µs since the epoch.
+pub fn week_end_micros(label: &str) -> Result<i64> {
+    let (y, w) = parse_iso_week(label)?;
+    let next = week_monday(y, w)? + chrono::Days::new(7);
+    Ok(next.and_time(chrono::NaiveTime::MIN).and_utc().timestamp_micros())
+}
+
+/// Whether the ISO week `label` is still in progress at `now` (µs): its end is after now.
+/// A label that is not an ISO week is not partial.
+pub fn week_is_partial(label: &str, now: i64) -> bool {
+    week_end_micros(label).is_ok_and(|end| end > now)
 }
 
 /// An Int64 cell by column name; 0 when absent or NULL.
@@ -523,8 +577,9 @@ fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
 /// The SQL behind the weeks list (also shown on the site).
 pub const WEEKS_SQL: &str = "SELECT * FROM weekly_metrics ORDER BY week_start";
 
-/// From `weeks` (oldest first): the one labelled `week`, or the latest when `None`, and the one
-/// before it. Errors: [`Error::BadWeek`], or [`Error::UnknownWeek`] when it is not there.
+/// From `weeks` (oldest first): the one labelled `week`, or the latest when `None`, and the
+/// calendar week before it when `weeks` holds it (an empty week is not skipped for an older one).
+/// Errors: [`Error::BadWeek`], or [`Error::UnknownWeek`] when it is not there.
 pub(crate) fn pick_week<T: Clone>(
     weeks: &[T],
     week: Option<&str>,
@@ -538,7 +593,9 @@ pub(crate) fn pick_week<T: Clone>(
         None => weeks.len().checked_sub(1),
     }
     .ok_or_else(|| Error::UnknownWeek(week.unwrap_or("(latest)").to_string()))?;
-    Ok((weeks[idx].clone(), idx.checked_sub(1).map(|i| weeks[i].clone())))
+    let before = previous_iso_week(label(&weeks[idx]))?;
+    let previous = weeks[..idx].iter().rev().find(|m| label(m) == before.as_str()).cloned();
+    Ok((weeks[idx].clone(), previous))
 }
 
 impl Session {
@@ -616,6 +673,8 @@ impl Session {
         Ok(WeekReview {
             alerts,
             previous,
+            previous_week: previous_iso_week(&m.iso_week)?,
+            partial: week_is_partial(&m.iso_week, self.now_micros()),
             week: m,
         })
     }
@@ -701,10 +760,20 @@ impl WeekReview {
         let w = &self.week;
         let p = self.previous.as_ref();
         let mut s = format!(
-            "ISO week {} (jobs whose first attempt started from {})\n\n",
+            "ISO week {} (jobs whose first attempt started from {})\n",
             w.iso_week, w.week_start
         );
-        let head_prev = p.map_or("—".to_string(), |p| p.iso_week.clone());
+        if self.partial {
+            s += "PARTIAL: the week is still in progress; its counts will grow until it ends.\n";
+        }
+        if p.is_none() {
+            s += &format!(
+                "No attempts in {}, the week before: no change is computed.\n",
+                self.previous_week
+            );
+        }
+        s += "\n";
+        let head_prev = self.previous_week.clone();
         s += &format!("{:<34} {:>12} {:>12}\n", "metric", w.iso_week, head_prev);
         let rows: Vec<(&str, String, String)> = vec![
             (

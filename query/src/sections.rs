@@ -578,13 +578,16 @@ fn grouped_columns(sql: &str) -> usize {
 }
 
 /// The weekly review as one JSON document, as `laneledger review --format json` prints it and
-/// `GET /v1/review` answers: `{"week": WeekMetrics, "previous": WeekMetrics|null,
-/// "alerting": [metric], "alerts": [AlertCheck], "sections": [Section]}`; `alerting` names the
-/// alerts that fire this week, in the order of `alerts`.
+/// `GET /v1/review` answers: `{"week": WeekMetrics, "partial": bool, "previous_week": label,
+/// "previous": WeekMetrics|null, "alerting": [metric], "alerts": [AlertCheck], "sections":
+/// [Section]}`; `previous` is the calendar week before, `null` when it had no attempts;
+/// `alerting` names the alerts that fire this week, in the order of `alerts`.
 pub fn review_document(review: &crate::metrics::WeekReview, sections: &[Section]) -> serde_json::Value {
     let alerting: Vec<&str> = review.firing().map(|a| a.metric).collect();
     serde_json::json!({
         "week": review.week,
+        "partial": review.partial,
+        "previous_week": review.previous_week,
         "previous": review.previous,
         "alerting": alerting,
         "alerts": review.alerts,

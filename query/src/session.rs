@@ -105,7 +105,13 @@ pub struct Session {
     idem_artifacts: Arc<idem_artifacts::IdemArtifactsMemo>,
     /// The threads user SQL is planned and run on, apart from the caller's ([`Executor`]).
     executor: Executor,
+    /// "Now" for telling a week in progress ([`Session::now_micros`]): `None` is the wall clock.
+    now: Option<i64>,
 }
+
+/// The environment variable that sets "now" (RFC 3339) for the review's partial weeks, in place
+/// of the wall clock: for tests and for reviewing a ledger as it stood at a past time.
+pub const NOW_ENV: &str = "LANELEDGER_NOW";
 
 /// Results derived from the ledger (weeks, review sections), remembered until its next write.
 #[derive(Default)]
@@ -256,7 +262,26 @@ impl Session {
             attempts,
             idem_artifacts: idem_memo,
             executor: Executor::per_core()?,
+            now: match std::env::var(NOW_ENV) {
+                Ok(v) => Some(
+                    laneledger_store::parse_timestamp(&v)
+                        .map_err(|e| Error::BadTimeRange(format!("{NOW_ENV}: {e}")))?,
+                ),
+                Err(_) => None,
+            },
         })
+    }
+
+    /// This session with "now" fixed at `micros` (µs since the epoch) instead of the wall clock.
+    pub fn with_now(mut self, micros: i64) -> Self {
+        self.now = Some(micros);
+        self
+    }
+
+    /// "Now", µs since the epoch: [`Session::with_now`]'s, else [`NOW_ENV`]'s when it was set
+    /// at the session's start, else the wall clock. A week whose end is after it is partial.
+    pub fn now_micros(&self) -> i64 {
+        self.now.unwrap_or_else(laneledger_store::now_micros)
     }
 
     /// How many times this session has scanned the ledger's attempts into Arrow columns (once

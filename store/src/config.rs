@@ -142,6 +142,11 @@ impl Default for ReconcileConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertsConfig {
+    /// `alerts.min_jobs`: the fewest jobs a week needs for its ratios to raise an alert. A week
+    /// with fewer shows each ratio, but one above its threshold reads "too few jobs", not red,
+    /// and does not fire (counts such as pool overload episodes and the dwell gate's ratios,
+    /// which do not divide by jobs, are judged as usual). Default 20.
+    pub min_jobs: u64,
     /// `alerts.cross_lane_retries_per_job`: a ratio of jobs, those with attempts on both lanes ÷
     /// all jobs (seed 000 lane.yaml `cross_lane_retries_per_job: 0.20`).
     pub cross_lane_retries_per_job: f64,
@@ -180,6 +185,7 @@ pub struct AlertsConfig {
 impl Default for AlertsConfig {
     fn default() -> Self {
         AlertsConfig {
+            min_jobs: 20,
             cross_lane_retries_per_job: 0.20,
             duplicate_artifacts_per_100_jobs: 1.0,
             lane_policy_violations_per_100_jobs: 1.0,

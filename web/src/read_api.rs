@@ -331,6 +331,24 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
                 "1 when a job started in the ISO week.",
             );
             out.sample("laneledger_week_has_data", &[("week", &week)], 1);
+            out.family(
+                "laneledger_week_partial",
+                "gauge",
+                "1 while the ISO week is still in progress (its counts will grow), else 0.",
+            );
+            out.sample("laneledger_week_partial", &[("week", &week)], u8::from(review.partial));
+            out.family(
+                "laneledger_week_jobs",
+                "gauge",
+                "Jobs whose first attempt started in the ISO week.",
+            );
+            out.sample("laneledger_week_jobs", &[("week", &week)], review.week.jobs);
+            out.family(
+                "laneledger_min_jobs",
+                "gauge",
+                "The fewest jobs a week needs for a ratio over its jobs to alert (lane.yaml alerts.min_jobs).",
+            );
+            out.sample("laneledger_min_jobs", &[], state.thresholds.min_jobs);
             for a in &review.alerts {
                 let name = format!("laneledger_{}", a.metric);
                 if let Some(v) = a.value {

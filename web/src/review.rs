@@ -48,8 +48,14 @@ struct ReviewPage {
     title: String,
     week: String,
     week_start: String,
-    /// The previous week with data, when there is one.
+    /// The calendar week before, when a job started in it.
     previous: Option<String>,
+    /// The calendar week before, with data or not (`2026-W46`).
+    previous_week: String,
+    /// The week is still in progress.
+    partial: bool,
+    /// The Monday the week ends (00:00 UTC), `2026-11-30`.
+    week_end: String,
     rows: Vec<MetricRow>,
     /// Every alert, the red ones first.
     alerts: Vec<AlertRow>,
@@ -189,6 +195,9 @@ fn verdict(value: &str, threshold: &str, state: laneledger_query::AlertState) ->
         laneledger_query::AlertState::Pass => format!("{value} is at or below {threshold}: pass"),
         laneledger_query::AlertState::Alert => format!("{value} is above {threshold}: ALERT"),
         laneledger_query::AlertState::NoData => "nothing to divide by this week: no data".to_string(),
+        laneledger_query::AlertState::TooFewJobs => {
+            format!("{value} is above {threshold}, from too few jobs to raise an alert")
+        }
     }
 }
 
@@ -199,6 +208,7 @@ fn review_page(
     sections: Vec<Section>,
     daily: DailyView,
     latest: bool,
+    now: i64,
 ) -> ReviewPage {
     let w = &review.week;
     let p = review.previous.as_ref();
@@ -213,6 +223,11 @@ fn review_page(
         week: w.iso_week.clone(),
         week_start: w.week_start.get(..10).unwrap_or(&w.week_start).to_string(),
         previous: p.map(|p| p.iso_week.clone()),
+        previous_week: review.previous_week.clone(),
+        partial: review.partial,
+        week_end: laneledger_query::metrics::week_end_micros(&w.iso_week)
+            .map(|end| laneledger_store::format_timestamp(end)[..10].to_string())
+            .unwrap_or_default(),
         rows: drill_rows(w, p),
         firing: review.firing().count(),
         alerts: review
@@ -240,7 +255,7 @@ fn review_page(
             .collect(),
         seed_q1: format_ratio(w.tokens_per_artifact, 1),
         seed_q1_before: p.map_or("—".to_string(), |p| format_ratio(p.tokens_per_artifact, 1)),
-        weeks: crate::weeks::week_rows(weeks, by_week, Some(&w.iso_week)),
+        weeks: crate::weeks::week_rows(weeks, by_week, Some(&w.iso_week), now),
         sections: crate::sections::views(sections),
         daily,
         drill_sql: crate::downloads::drill_sql(&w.iso_week),
@@ -261,7 +276,8 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
     let (review, sections) = state.session.review_with_sections(None, &state.thresholds).await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
-    Ok(HtmlTemplate(review_page(review, &weeks, &by_week, sections, daily, true)).into_response())
+    let now = state.session.now_micros();
+    Ok(HtmlTemplate(review_page(review, &weeks, &by_week, sections, daily, true, now)).into_response())
 }
 
 /// `GET /weeks/{week}`: one week's review; 400 for a bad label, 404 for a week without data.
@@ -277,7 +293,8 @@ pub(crate) async fn week(
     let weeks = state.session.weeks().await?;
     let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
+    let now = state.session.now_micros();
     Ok(HtmlTemplate(review_page(
-        review, &weeks, &by_week, sections, daily, false,
+        review, &weeks, &by_week, sections, daily, false, now,
     )))
 }

@@ -12,11 +12,12 @@ use crate::html::HtmlTemplate;
 use crate::review::threshold_text;
 use crate::trends::{TrendView, trend_chart};
 
-/// An alert's state in words and as a CSS class (pass green, ALERT red, no data grey).
+/// An alert's state in words and as a CSS class (pass green, ALERT red, no data grey, too few
+/// jobs amber).
 pub(crate) struct StateView {
-    /// `pass`, `ALERT` or `no data`.
+    /// `pass`, `ALERT`, `no data` or `too few jobs`.
     pub word: &'static str,
-    /// `pass`, `alert` or `nodata`.
+    /// `pass`, `alert`, `nodata` or `fewjobs`.
     pub class: &'static str,
 }
 
@@ -34,6 +35,10 @@ impl From<AlertState> for StateView {
             AlertState::NoData => StateView {
                 word: "no data",
                 class: "nodata",
+            },
+            AlertState::TooFewJobs => StateView {
+                word: "too few jobs",
+                class: "fewjobs",
             },
         }
     }
@@ -63,11 +68,14 @@ pub(crate) struct WeekRow {
     pub checked: usize,
     /// The week the page is about (highlighted).
     pub current: bool,
+    /// The week is still in progress at the session's "now".
+    pub partial: bool,
 }
 
 impl WeekRow {
-    /// The row for `m`, with the week's `alerts` (every one, [`laneledger_query::metrics::week_alerts`]).
-    pub(crate) fn new(m: &WeekMetrics, alerts: &[AlertCheck], current: bool) -> Self {
+    /// The row for `m`, with the week's `alerts` (every one, [`laneledger_query::metrics::week_alerts`]);
+    /// `now` (µs) tells whether the week is still in progress.
+    pub(crate) fn new(m: &WeekMetrics, alerts: &[AlertCheck], current: bool, now: i64) -> Self {
         let state_of = |metric: &str| {
             alerts
                 .iter()
@@ -95,16 +103,19 @@ impl WeekRow {
                 .collect(),
             checked: alerts.len(),
             current,
+            partial: laneledger_query::metrics::week_is_partial(&m.iso_week, now),
         }
     }
 }
 
 /// The weeks table's rows, newest first: `weeks` (oldest first) with their alerts `by_week`
-/// ([`laneledger_query::Session::alerts_by_week`]); `current` is highlighted.
+/// ([`laneledger_query::Session::alerts_by_week`]); `current` is highlighted, and a week still
+/// in progress at `now` (µs) is marked partial.
 pub(crate) fn week_rows(
     weeks: &[WeekMetrics],
     by_week: &[(String, Vec<AlertCheck>)],
     current: Option<&str>,
+    now: i64,
 ) -> Vec<WeekRow> {
     weeks
         .iter()
@@ -114,7 +125,7 @@ pub(crate) fn week_rows(
                 .iter()
                 .find(|(w, _)| *w == m.iso_week)
                 .map_or(&[][..], |(_, a)| a.as_slice());
-            WeekRow::new(m, alerts, current == Some(m.iso_week.as_str()))
+            WeekRow::new(m, alerts, current == Some(m.iso_week.as_str()), now)
         })
         .collect()
 }
@@ -193,7 +204,7 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<i
     let weeks = state.session.weeks().await?;
     let trends = trends(&state, &weeks).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
-    let rows = week_rows(&weeks, &by_week, None);
+    let rows = week_rows(&weeks, &by_week, None, state.session.now_micros());
     Ok(HtmlTemplate(WeeksPage {
         nav: "weeks",
         title: "Weeks",

@@ -526,7 +526,10 @@ async fn review_metrics_and_health_read_the_ledger() {
     assert_eq!(v["week"]["duplicate_artifacts"], 1);
     assert_eq!(v["week"]["cross_lane_retries_per_job"], 0.25);
     assert_eq!(v["alerts"][0]["metric"], "cross_lane_retries_per_job");
-    assert_eq!(v["alerts"][0]["state"], "alert");
+    // Above its threshold, but from 4 jobs, fewer than alerts.min_jobs (20): not an alert.
+    assert_eq!(v["alerts"][0]["state"], "too_few_jobs");
+    assert_eq!(v["previous_week"], "2026-W47");
+    assert!(v["previous"].is_null());
     assert!(v["sections"].is_array());
     let bad = send(
         &s.app,
@@ -559,7 +562,9 @@ async fn review_metrics_and_health_read_the_ledger() {
         "laneledger_cross_lane_retries_per_job{week=\"2026-W48\"} 0.25",
         "laneledger_cross_lane_retries_per_job_threshold 0.2",
         "laneledger_duplicate_artifacts_per_100_jobs{week=\"2026-W48\"} 25",
-        "laneledger_alert{metric=\"cross_lane_retries_per_job\",week=\"2026-W48\"} 1",
+        "laneledger_alert{metric=\"cross_lane_retries_per_job\",week=\"2026-W48\"} 0",
+        "laneledger_week_jobs{week=\"2026-W48\"} 4",
+        "laneledger_min_jobs 20",
     ] {
         assert!(r.text.lines().any(|l| l == line), "no {line:?} in\n{}", r.text);
     }
