@@ -137,10 +137,23 @@ pub fn serve_ledger(
                 .replace("{url}", &url)
         );
         println!("writes {writes}; reads {reads}");
+        // Alerts out: posts to lane.yaml's webhooks run beside the server, never in a request.
+        let webhooks = laneledger_web::webhooks::Notifier::new(
+            session.clone(),
+            session.thresholds(),
+            &session.config().webhooks,
+            url.trim_end_matches('/'),
+            laneledger_web::webhooks::WebhookOptions::default(),
+        )
+        .spawn();
         let served = laneledger_web::serve_until(listener, state, laneledger_web::shutdown_signal()).await;
         // Stop the sweep schedule: a step already on a blocking thread finishes (its commit is one
         // redb transaction; a rerun converges), and the task's handle to the writer goes.
         if let Some(task) = schedule {
+            task.abort();
+            let _ = task.await;
+        }
+        if let Some(task) = webhooks {
             task.abort();
             let _ = task.await;
         }

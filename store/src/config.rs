@@ -48,6 +48,9 @@ pub struct LaneConfig {
     pub keys: KeysConfig,
     /// `retention`: how long the ledger keeps finished jobs (SPEC 6), an extension.
     pub retention: RetentionConfig,
+    /// `webhooks`: where `serve` posts an alert when its card turns red and when it clears (Slack
+    /// incoming-webhook JSON), an extension. Default none.
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 impl Default for LaneConfig {
@@ -61,6 +64,7 @@ impl Default for LaneConfig {
             gate: GateConfig::default(),
             keys: KeysConfig::default(),
             retention: RetentionConfig::default(),
+            webhooks: Vec::new(),
         }
     }
 }
@@ -279,6 +283,159 @@ impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig { days: 30 }
     }
+}
+
+/// One entry of `webhooks`: a URL that takes a JSON POST, such as a Slack incoming webhook.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `webhooks[].url`: where each alert is posted, an `http://` or `https://` URL (a Slack
+    /// incoming webhook, or anything that takes Slack's `{"text": …}` JSON).
+    #[serde(deserialize_with = "http_url")]
+    pub url: String,
+    /// `webhooks[].site_url`: the review site's address as readers reach it, e.g.
+    /// `https://review.example.com`; each message links to the week's card there. Default: the
+    /// address `serve` listens on.
+    #[serde(default, deserialize_with = "optional_http_url")]
+    pub site_url: Option<String>,
+    /// `webhooks[].alerts`: `all` (the default), or a list of the alerts to post, by their
+    /// `alerts.*` name (and `free_admit_miss_rate`, the dwell gate's).
+    #[serde(default)]
+    pub alerts: AlertSelection,
+}
+
+/// Which alerts a webhook posts (`webhooks[].alerts`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AlertSelection {
+    /// `all`: every alert of the review.
+    #[default]
+    All,
+    /// A list of alert names.
+    Only(Vec<String>),
+}
+
+impl AlertSelection {
+    /// Whether the alert named `metric` is posted.
+    pub fn includes(&self, metric: &str) -> bool {
+        match self {
+            AlertSelection::All => true,
+            AlertSelection::Only(names) => names.iter().any(|n| n == metric),
+        }
+    }
+}
+
+/// The names of the review's alerts: each threshold of `alerts` (every key but `min_jobs`), and
+/// the dwell gate's `free_admit_miss_rate`.
+pub fn alert_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = struct_fields::<AlertsConfig>()
+        .iter()
+        .copied()
+        .filter(|k| *k != "min_jobs")
+        .collect();
+    names.push("free_admit_miss_rate");
+    names
+}
+
+/// The field names of a struct that derives `Deserialize`: serde hands them to
+/// `deserialize_struct`, so `alerts` keys added later are webhook names without a second list.
+fn struct_fields<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Fields<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("only the field names were asked for"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Fields(&mut fields));
+    fields
+}
+
+impl<'de> Deserialize<'de> for AlertSelection {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SelectionVisitor;
+        impl<'de> Visitor<'de> for SelectionVisitor {
+            type Value = AlertSelection;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`all` or a list of alert names")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AlertSelection, E> {
+                match v {
+                    "all" => Ok(AlertSelection::All),
+                    _ => Err(E::invalid_value(Unexpected::Str(v), &self)),
+                }
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<AlertSelection, A::Error> {
+                let mut names = Vec::new();
+                while let Some(AlertName(name)) = seq.next_element()? {
+                    names.push(name);
+                }
+                Ok(AlertSelection::Only(names))
+            }
+        }
+        deserializer.deserialize_any(SelectionVisitor)
+    }
+}
+
+/// One name in `webhooks[].alerts`. Checked in `visit_str` so that the error carries its line.
+struct AlertName(String);
+
+impl<'de> Deserialize<'de> for AlertName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl Visitor<'_> for NameVisitor {
+            type Value = AlertName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "an alert name: one of {}", alert_names().join(", "))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AlertName, E> {
+                if alert_names().contains(&v) {
+                    Ok(AlertName(v.to_owned()))
+                } else {
+                    Err(E::invalid_value(Unexpected::Str(v), &self))
+                }
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+/// Reads an `http://` or `https://` URL with a host, without spaces.
+fn http_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct UrlVisitor;
+    impl Visitor<'_> for UrlVisitor {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an http:// or https:// URL")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            let rest = v.strip_prefix("https://").or_else(|| v.strip_prefix("http://"));
+            match rest {
+                Some(rest) if !rest.is_empty() && !rest.starts_with('/') && !v.contains(char::is_whitespace) => {
+                    Ok(v.to_owned())
+                }
+                _ => Err(E::invalid_value(Unexpected::Str(v), &self)),
+            }
+        }
+    }
+    deserializer.deserialize_str(UrlVisitor)
+}
+
+fn optional_http_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    http_url(deserializer).map(Some)
 }
 
 /// Why `lane.yaml` could not be used. Every variant's message begins with the file (and the line,
@@ -611,7 +768,7 @@ free_lane_enabled: true
         assert_eq!(
             err(&text),
             "lane.yaml:15: unknown key free_lane_enable (expected one of `lanes`, `reconcile`, `alerts`, \
-             `free_lane_enabled`, `gate`, `keys`, `retention`)"
+             `free_lane_enabled`, `gate`, `keys`, `retention`, `webhooks`)"
         );
     }
 
@@ -795,6 +952,60 @@ free_lane_enabled: true
             );
         }
         assert_eq!(LaneConfig::load(Some(path)).unwrap(), LaneConfig::default());
+    }
+
+    #[test]
+    fn webhooks_are_read_and_bad_entries_named_by_line() {
+        let text = "webhooks:\n  - url: https://hooks.slack.com/services/T0/B0/x\n    site_url: http://review.example.com:8080\n    alerts: [same_key_retries_per_100_refusals, free_admit_miss_rate]\n  - url: http://127.0.0.1:9000/hook\n";
+        let c = LaneConfig::from_yaml_str(text, "lane.yaml").unwrap();
+        assert_eq!(
+            c.webhooks,
+            vec![
+                WebhookConfig {
+                    url: "https://hooks.slack.com/services/T0/B0/x".into(),
+                    site_url: Some("http://review.example.com:8080".into()),
+                    alerts: AlertSelection::Only(vec![
+                        "same_key_retries_per_100_refusals".into(),
+                        "free_admit_miss_rate".into()
+                    ]),
+                },
+                WebhookConfig {
+                    url: "http://127.0.0.1:9000/hook".into(),
+                    site_url: None,
+                    alerts: AlertSelection::All,
+                },
+            ]
+        );
+        assert!(c.webhooks[0].alerts.includes("free_admit_miss_rate"));
+        assert!(!c.webhooks[0].alerts.includes("cross_lane_retries_per_job"));
+        assert!(c.webhooks[1].alerts.includes("cross_lane_retries_per_job"));
+        let names = alert_names();
+        for name in ["cross_lane_retries_per_job", "same_key_retries_per_100_refusals"] {
+            assert!(names.contains(&name), "{names:?}");
+        }
+        assert!(!names.contains(&"min_jobs"), "{names:?}");
+        assert_eq!(names.last(), Some(&"free_admit_miss_rate"));
+        assert_eq!(
+            err("webhooks:\n  - url: https://x.example/h\n    alerts:\n      - cross_lane_retries\n"),
+            format!(
+                "lane.yaml:4: webhooks[0].alerts[0]: invalid value: string \"cross_lane_retries\", expected an alert \
+                 name: one of {}",
+                names.join(", ")
+            )
+        );
+        assert_eq!(
+            err("webhooks:\n  - url: hooks.slack.com/x\n"),
+            "lane.yaml:2: webhooks[0].url: invalid value: string \"hooks.slack.com/x\", expected an http:// or \
+             https:// URL"
+        );
+        assert_eq!(
+            err("webhooks:\n  - url: https://x.example/h\n    alerts: some\n"),
+            "lane.yaml:3: webhooks[0].alerts: invalid value: string \"some\", expected `all` or a list of alert names"
+        );
+        assert_eq!(
+            err("webhooks:\n  - url: https://x.example/h\n    channel: '#ops'\n"),
+            "lane.yaml:3: unknown key webhooks[0].channel (expected one of `url`, `site_url`, `alerts`)"
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod tables;
 pub mod time;
 pub mod whatif;
 mod varint;
+pub mod webhook_sent;
 pub mod write_rules;
 
 pub use chain::AttemptChanges;

@@ -39,6 +39,7 @@ pub mod server;
 mod sql_page;
 mod timeline;
 mod trends;
+pub mod webhooks;
 mod weeks;
 pub mod whatif;
 pub mod writer;
