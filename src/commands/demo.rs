@@ -60,6 +60,7 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyh
     let served = super::serve::serve_ledger(
         ledger,
         config,
+        lane_yaml.exists().then_some(lane_yaml.as_path()),
         addr,
         server,
         // The sample data is older than any retention window: the demo never sweeps it.

@@ -56,7 +56,21 @@ pub fn run(
     for name in files.iter().filter(|n| *n != "-") {
         File::open(name).with_context(|| format!("opening {name}"))?;
     }
-    let ledger = super::open(db)?;
+    let ledger = match super::open(db) {
+        Ok(ledger) => ledger,
+        // `serve` holds the file: the records go through its write API.
+        Err(e) => {
+            let server = super::remote::through_server(db, e)?;
+            if sqlite {
+                return Err(anyhow::anyhow!(
+                    "{} is held by `laneledger serve`, which takes NDJSON and CSV records, not a SQLite file: \
+                     stop the server to move the SQLite ledger in",
+                    db.display()
+                ));
+            }
+            return server.ingest(kind, format, files, batch);
+        }
+    };
     let mut total = Counters::default();
     for name in files {
         let fmt = match format {
@@ -186,7 +200,13 @@ pub fn run_mapped(db: &Path, kind: KindArg, o: &MappedOptions, files: &[String])
     if o.dry_run {
         return dry_run(&mapping, o.format, &inputs);
     }
-    let ledger = super::open(db)?;
+    let ledger = match super::open(db) {
+        Ok(ledger) => ledger,
+        Err(e) => {
+            let server = super::remote::through_server(db, e)?;
+            return Err(server.mapped_refused(&mapping));
+        }
+    };
     let mut total = Counters::default();
     let (mut skipped, mut fallback) = (0u64, 0u64);
     for name in &inputs {

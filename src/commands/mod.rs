@@ -5,6 +5,7 @@ mod demo;
 mod drill;
 mod export;
 mod ingest;
+pub mod remote;
 mod retain;
 mod review;
 mod serve;

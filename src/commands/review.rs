@@ -8,8 +8,17 @@ use laneledger_query::{Session, section_text};
 use crate::cli::ReviewFormat;
 
 pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let lane_yaml = config;
     let config = super::load_config(config)?;
-    let ledger = super::open_to_read(db)?;
+    let ledger = match super::open_to_read(db) {
+        Ok(ledger) => ledger,
+        // `serve` holds the file: it renders the review, with its own lane.yaml.
+        Err(e) => {
+            let server = super::remote::through_server(db, e)?;
+            server.same_config(lane_yaml)?;
+            return server.review(week, format);
+        }
+    };
     let (review, sections) = super::runtime()?.block_on(async {
         let session = Session::with_config(ledger, config).await?;
         session.review_with_sections(week, &session.thresholds()).await

@@ -19,9 +19,11 @@ pub fn run(
     server: &ServerArgs,
     retain_every: Duration,
 ) -> anyhow::Result<ExitCode> {
+    let lane_yaml = config;
     let config = super::load_config(config)?;
-    let ledger = super::open(db)?;
-    serve_ledger(ledger, config, addr, server, Some(retain_every), None)
+    // One server per file: a second one is told which server holds it.
+    let ledger = super::open(db).map_err(|e| super::remote::refuse_second_server(db, e))?;
+    serve_ledger(ledger, config, lane_yaml, addr, server, Some(retain_every), None)
 }
 
 /// The token from `--token-file`, else `LANELEDGER_TOKEN`, else none.
@@ -71,12 +73,14 @@ fn auth(addr: SocketAddr, server: &ServerArgs) -> anyhow::Result<Auth> {
 }
 
 /// Serves `ledger` on `addr`, sweeping it every `retain_every` (none when `None` or zero); prints
-/// `banner` (or the URL) once listening. On SIGTERM or Ctrl-C
+/// `banner` (or the URL) once listening, and leaves the discovery file beside the ledger while it
+/// serves (the commands that find the file held go through this server). On SIGTERM or Ctrl-C
 /// it stops taking connections, answers the requests in flight, lets the writer commit every
 /// batch it took, and returns.
 pub fn serve_ledger(
     ledger: Ledger,
     config: LaneConfig,
+    lane_yaml: Option<&Path>,
     addr: SocketAddr,
     server: &ServerArgs,
     retain_every: Option<Duration>,
@@ -103,6 +107,16 @@ pub fn serve_ledger(
         otlp_idem_fallback: server.otlp_idem_fallback,
     };
     let read_only = ledger.is_read_only();
+    let db = ledger.path().to_path_buf();
+    let announce = super::remote::Announce {
+        addr,
+        token_file: server.token_file.as_deref(),
+        has_token: auth.token.is_some(),
+        reads_need_token: auth.reads_need_token,
+        body_limit: options.body_limit,
+        max_records: options.max_records,
+        config: lane_yaml,
+    };
     let writes = if read_only {
         "off (the ledger file cannot be written)"
     } else if auth.token.is_some() {
@@ -130,6 +144,13 @@ pub fn serve_ledger(
             .await
             .with_context(|| format!("binding {addr}"))?;
         let url = format!("http://{}/", listener.local_addr()?);
+        let discovery = super::remote::Discovery::write(
+            &db,
+            &super::remote::Announce {
+                addr: listener.local_addr()?,
+                ..announce
+            },
+        )?;
         println!(
             "{}",
             banner
@@ -161,6 +182,8 @@ pub fn serve_ledger(
         if let Some(writer_thread) = writer_thread {
             tokio::task::spawn_blocking(move || writer_thread.join()).await?;
         }
+        // Stopped: the commands open the file themselves again.
+        drop(discovery);
         served?;
         Ok(ExitCode::SUCCESS)
     })

@@ -20,11 +20,15 @@ pub fn run(db: &Path, format: SqlFormat, timeout_s: f64, memory: usize, sql: &st
             "--timeout must be a number of seconds from 0 (no limit) to 31536000, not {timeout_s}"
         )));
     }
-    let ledger = super::open_to_read(db)?;
     let sql = if sql == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else {
         sql.to_string()
+    };
+    let ledger = match super::open_to_read(db) {
+        Ok(ledger) => ledger,
+        // `serve` holds the file: it answers the statement.
+        Err(e) => return super::remote::through_server(db, e)?.sql(format, &sql),
     };
     let config = laneledger_store::LaneConfig::default();
     let out = super::runtime()?.block_on(async {

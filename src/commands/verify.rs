@@ -14,7 +14,11 @@ pub fn run(db: &Path, now: Option<&str>) -> anyhow::Result<ExitCode> {
         Some(t) => parse_timestamp(t).map_err(|e| super::usage::usage(format!("--now: {e}")))?,
         None => now_micros(),
     };
-    let ledger = super::open_existing(db)?;
+    let ledger = match super::open_existing(db) {
+        Ok(ledger) => ledger,
+        // `serve` holds the file: it checks the chain on its open database.
+        Err(e) => return super::remote::through_server(db, e)?.verify(),
+    };
     // The chain check first: it names the record a damaged value belongs to.
     let report = ledger.verify()?;
     // Then redb's checksum of every page, for damage no record shows (a page header, an index).

@@ -21,6 +21,7 @@ pub mod api_error;
 pub mod auth;
 pub mod body;
 mod charts;
+pub mod cli_api;
 mod daily;
 mod downloads;
 mod duplicates;
@@ -202,6 +203,8 @@ pub fn app(state: AppState) -> Router {
         .route("/duplicates", get(duplicates::list))
         .route("/sql", get(sql_page::page))
         .route("/v1/review", get(read_api::review))
+        .route("/v1/export", get(cli_api::export))
+        .route("/v1/verify", post(cli_api::verify))
         .route("/v1/whatif", get(whatif::api))
         .route("/v1/sections/{id}", get(section_page::api))
         .route("/v1/sql", post(read_api::sql))

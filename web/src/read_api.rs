@@ -17,16 +17,39 @@ use crate::api_error::ApiError;
 pub struct WeekParam {
     /// An ISO week label.
     pub week: Option<String>,
+    /// `text`: the review as `laneledger review` prints it (the command uses it while a server
+    /// holds the ledger); JSON otherwise.
+    pub format: Option<String>,
 }
 
 /// `GET /v1/review?week=YYYY-Www`: the weekly review as JSON (`laneledger review --format json`'s
-/// document). 400 for a bad label, 404 for a week without data.
+/// document), or with `&format=text` as `laneledger review` prints it. 400 for a bad label, 404
+/// for a week without data.
 pub async fn review(State(state): State<AppState>, Query(p): Query<WeekParam>) -> Result<Response, ApiError> {
     let (review, sections) = state
         .session
         .review_with_sections(p.week.as_deref(), &state.thresholds)
         .await?;
+    if p.format.as_deref() == Some("text") {
+        let mut text = review.to_text();
+        for s in &sections {
+            text += &format!("\n{}", laneledger_query::section_text(s));
+        }
+        return Ok(plain_text(text));
+    }
     Ok(Json(review_document(&review, &sections)).into_response())
+}
+
+/// A `text/plain` answer.
+fn plain_text(text: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// `POST /v1/sql`'s body.
@@ -52,13 +75,41 @@ pub(crate) async fn run_sql(state: &AppState, sql: &str) -> Result<QueryResult, 
     }
 }
 
+/// `?format=table|csv|json` of `POST /v1/sql`.
+#[derive(Debug, Deserialize)]
+pub struct SqlFormatParam {
+    /// The answer exactly as `laneledger sql --format F` prints it (the command uses it while a
+    /// server holds the ledger).
+    pub format: Option<String>,
+}
+
 /// `POST /v1/sql` with `{"sql": "…"}`: the rows as JSON (`{"columns": [{"name", "type"}],
-/// "rows": [{…}], "row_count": n}`), or CSV (RFC 4180, header row) with `Accept: text/csv`.
+/// "rows": [{…}], "row_count": n}`), or CSV (RFC 4180, header row) with `Accept: text/csv`; with
+/// `?format=table|csv|json`, the text `laneledger sql --format …` prints.
 /// Read-only: DDL, DML, `COPY` and `SET` are 400; see [`run_sql`] for the limits.
-pub async fn sql(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+pub async fn sql(
+    State(state): State<AppState>,
+    Query(q): Query<SqlFormatParam>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req: SqlRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body must be {{\"sql\": \"…\"}}: {e}")))?;
+    let as_printed = match q.format.as_deref() {
+        None => None,
+        Some("table") => Some(OutputFormat::Table),
+        Some("csv") => Some(OutputFormat::Csv),
+        Some("json") => Some(OutputFormat::Json),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "format {other:?} is not one of table, csv, json"
+            )));
+        }
+    };
     let result = run_sql(&state, &req.sql).await?;
+    if let Some(f) = as_printed {
+        return Ok(plain_text(format_result(&result, f)?));
+    }
     let csv = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
