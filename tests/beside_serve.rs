@@ -186,12 +186,13 @@ fn sql_review_export_verify_and_ingest_work_through_a_running_server_as_on_the_f
     );
 
     // The token comes from a file the discovery file names; the commands have none of their own.
+    // Reads need it too (--read-token), so every command below presents it.
     let token_file = work.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let mut serve = ServerProcess::start(
         &binary(),
         &db,
-        &["--token-file", token_file.to_str().unwrap()],
+        &["--token-file", token_file.to_str().unwrap(), "--read-token"],
         Duration::from_secs(120),
     )
     .expect("serve starts");
@@ -209,6 +210,27 @@ fn sql_review_export_verify_and_ingest_work_through_a_running_server_as_on_the_f
     }
     let v: serde_json::Value = serde_json::from_str(&announced).unwrap();
     assert_eq!(v["url"].as_str(), Some(serve.base.as_str()));
+    assert_eq!(v["reads_need_token"], serde_json::Value::Bool(true));
+    // Without the token file the server refuses, and the command says whose token it sent.
+    let unreadable = work.join("elsewhere.serve.json");
+    std::fs::write(
+        &unreadable,
+        announced.replace(token_file.to_str().unwrap(), "/nonexistent/token"),
+    )
+    .unwrap();
+    std::fs::rename(&unreadable, &discovery).unwrap();
+    let refused = run_in(work, &["sql", "--db", db_s, "SELECT 1"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).ends_with(
+            "refused the request (401): this server needs its token to read (sent no token: the server's \
+             token file /nonexistent/token cannot be read (No such file or directory (os error 2)); \
+             set LANELEDGER_TOKEN)\n"
+        ),
+        "{}",
+        text(&refused.stderr)
+    );
+    std::fs::write(&discovery, &announced).unwrap();
 
     // Held by the server: the same bytes out, the same exit codes.
     for ((name, a), want) in READS.iter().zip(&local) {

@@ -177,16 +177,19 @@ fn find(db: &Path) -> Found {
     };
     let pid = doc["pid"].as_u64().unwrap_or(0);
     let (token, token_hint) = match (std::env::var(TOKEN_ENV).ok(), &doc["token"]) {
-        (Some(t), _) => (Some(t.trim().to_string()), format!("the token in {TOKEN_ENV}")),
+        (Some(t), _) => (Some(t.trim().to_string()), format!("sent the token in {TOKEN_ENV}")),
         (None, Value::Object(m)) if m.contains_key("file") => {
             let file = m["file"].as_str().unwrap_or_default();
-            (
-                std::fs::read_to_string(file).ok().map(|t| t.trim().to_string()),
-                format!("the server's token file {file}"),
-            )
+            match std::fs::read_to_string(file) {
+                Ok(t) => (Some(t.trim().to_string()), format!("sent the token of {file}")),
+                Err(e) => (
+                    None,
+                    format!("sent no token: the server's token file {file} cannot be read ({e}); set {TOKEN_ENV}"),
+                ),
+            }
         }
-        (None, Value::Object(_)) => (None, format!("no token: set {TOKEN_ENV} to the server's token")),
-        _ => (None, "no token: the server has none".to_string()),
+        (None, Value::Object(_)) => (None, format!("sent no token: set {TOKEN_ENV} to the server's token")),
+        _ => (None, "sent no token: the server has none".to_string()),
     };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -333,7 +336,7 @@ impl Remote {
         match a.status {
             400 | 404 => usage(message),
             401 | 403 => anyhow::anyhow!(
-                "the server holding {} ({}/) refused the request ({}; sent {}): {message}",
+                "the server holding {} ({}/) refused the request ({}): {message} ({})",
                 self.db.display(),
                 self.url,
                 a.status,
