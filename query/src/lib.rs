@@ -23,6 +23,7 @@ pub mod attempt_conflict;
 pub mod audits;
 pub mod bounded_strings;
 mod cache_lock;
+pub mod cost;
 pub mod decision_conflict;
 pub mod error;
 pub mod executor;

@@ -181,6 +181,9 @@ pub struct WeekMetrics {
     pub duplicate_artifacts_per_100_jobs: Option<f64>,
     /// cross-lane jobs ÷ jobs.
     pub cross_lane_retries_per_job: Option<f64>,
+    /// The week's spend ([`crate::cost`]): filled in the review's weeks, `None` in the weeks list
+    /// and for a week a retention sweep touched (its removed attempts' costs were not kept).
+    pub spend: Option<crate::cost::WeekSpend>,
 }
 
 /// An alert's state for the week.
@@ -571,6 +574,7 @@ fn week_from_row(b: &RecordBatch, row: usize) -> WeekMetrics {
         tokens_per_artifact: f64_col(b, "tokens_per_artifact", row),
         duplicate_artifacts_per_100_jobs: f64_col(b, "duplicate_artifacts_per_100_jobs", row),
         cross_lane_retries_per_job: f64_col(b, "cross_lane_retries_per_job", row),
+        spend: None,
     }
 }
 
@@ -664,7 +668,11 @@ impl Session {
     /// Errors: [`Error::BadWeek`] for a label that is not an ISO week, [`Error::UnknownWeek`] when
     /// the ledger holds no job whose first attempt falls in it (or holds no attempt at all).
     pub async fn review(&self, week: Option<&str>, thresholds: &Thresholds) -> Result<WeekReview> {
-        let (m, previous) = pick_week(&self.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
+        let (mut m, mut previous) = pick_week(&self.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
+        self.add_spend(&mut m).await?;
+        if let Some(p) = previous.as_mut() {
+            self.add_spend(p).await?;
+        }
         let counts = self.audit_counts(Some(&m.iso_week)).await?;
         let counts = counts.get(&m.iso_week).copied().unwrap_or_default();
         let gate_weeks = self.gate_weeks().await?;
@@ -822,13 +830,16 @@ impl WeekReview {
                 p.map_or("—".into(), |p| format_ratio(p.cross_lane_retries_per_job, 3)),
             ),
         ];
-        for (name, now, before) in rows {
+        for (name, now, before) in rows.into_iter().chain(crate::cost::spend_rows(w, p)) {
             s += &format!("{name:<34} {now:>12} {before:>12}\n");
         }
         s += &format!(
             "\n(tokens per artifact counting each job's artifacts, duplicates included: {})\n\n",
             format_ratio(w.tokens_per_artifact, 1)
         );
+        if let Some(spend) = &w.spend {
+            s += &format!("(spend of {})\n\n", spend.basis());
+        }
         let firing: Vec<&AlertCheck> = self.firing().collect();
         if firing.is_empty() {
             s += "No alert this week: every figure is at or below its threshold.\n\n";

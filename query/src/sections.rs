@@ -22,6 +22,8 @@ pub enum Group {
     Keys,
     /// Seed 003: the dwell gate.
     Gate,
+    /// What the week cost and how long its attempts took ([`crate::cost`]).
+    Cost,
 }
 
 /// One table of the review: what it shows, the SQL behind it, and its rows.
@@ -333,6 +335,9 @@ impl Session {
             }
             out.push(section);
         }
+        let cost = self.week_cost(week).await?;
+        out.push(cost.spend_section);
+        out.push(cost.latency_section);
         Ok(out)
     }
 

@@ -51,6 +51,9 @@ pub struct LaneConfig {
     /// `webhooks`: where `serve` posts an alert when its card turns red and when it clears (Slack
     /// incoming-webhook JSON), an extension. Default none.
     pub webhooks: Vec<WebhookConfig>,
+    /// `prices`: prices per million tokens by model and lane, for the review's spend figures
+    /// ([`crate::prices`]), an extension. Default none: only router-reported costs are counted.
+    pub prices: crate::prices::PricesConfig,
 }
 
 impl Default for LaneConfig {
@@ -65,6 +68,7 @@ impl Default for LaneConfig {
             keys: KeysConfig::default(),
             retention: RetentionConfig::default(),
             webhooks: Vec::new(),
+            prices: crate::prices::PricesConfig::default(),
         }
     }
 }
@@ -768,7 +772,7 @@ free_lane_enabled: true
         assert_eq!(
             err(&text),
             "lane.yaml:15: unknown key free_lane_enable (expected one of `lanes`, `reconcile`, `alerts`, \
-             `free_lane_enabled`, `gate`, `keys`, `retention`, `webhooks`)"
+             `free_lane_enabled`, `gate`, `keys`, `retention`, `webhooks`, `prices`)"
         );
     }
 
@@ -951,7 +955,15 @@ free_lane_enabled: true
                 "sample-data/lane.yaml must hold seed 000's line {want:?} in order"
             );
         }
-        assert_eq!(LaneConfig::load(Some(path)).unwrap(), LaneConfig::default());
+        // Prices have no default (no cost is guessed): the sample's are for the demo's spend.
+        let loaded = LaneConfig::load(Some(path)).unwrap();
+        assert_eq!(loaded.prices.currency.as_deref(), Some("USD"));
+        assert_eq!(loaded.prices.lanes.len(), 2);
+        let defaults_but_prices = LaneConfig {
+            prices: Default::default(),
+            ..loaded
+        };
+        assert_eq!(defaults_but_prices, LaneConfig::default());
     }
 
     #[test]

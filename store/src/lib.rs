@@ -31,6 +31,7 @@ pub mod ledger;
 pub mod mapping;
 pub mod parse;
 pub mod policy;
+pub mod prices;
 pub mod record;
 mod reject_seen;
 pub mod retention;

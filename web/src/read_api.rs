@@ -258,6 +258,50 @@ impl Exposition {
     }
 }
 
+/// The week's spend as gauges (in `prices.currency`, `laneledger_spend_currency`'s label): a
+/// figure with no priced attempt is left out; the attempts by how they were priced always show.
+fn spend_gauges(out: &mut Exposition, spend: &laneledger_query::cost::WeekSpend, week: &str) {
+    let figures = [
+        ("laneledger_spend", "Spend of the ISO week's attempts", spend.spend),
+        (
+            "laneledger_spend_per_accepted_artifact",
+            "Spend per unique accepted artifact in the ISO week",
+            spend.spend_per_accepted_artifact,
+        ),
+        (
+            "laneledger_duplicate_artifact_spend",
+            "Spend of the attempts that returned duplicate artifacts in the ISO week",
+            spend.duplicate_artifact_spend,
+        ),
+    ];
+    for (name, help, value) in figures {
+        if let Some(v) = value {
+            out.family(name, "gauge", &format!("{help} (router costs, else lane.yaml prices)."));
+            out.sample(name, &[("week", week)], v);
+        }
+    }
+    if let Some(c) = &spend.currency {
+        out.family(
+            "laneledger_spend_currency",
+            "gauge",
+            "1, labelled with the currency of the spend gauges.",
+        );
+        out.sample("laneledger_spend_currency", &[("currency", c)], 1);
+    }
+    out.family(
+        "laneledger_attempts_priced",
+        "gauge",
+        "The ISO week's attempts by how their cost is known: router, lane_yaml, or unpriced (left out of the spend).",
+    );
+    for (by, n) in [
+        ("router", spend.router_priced_attempts),
+        ("lane_yaml", spend.table_priced_attempts),
+        ("unpriced", spend.unpriced_attempts),
+    ] {
+        out.sample("laneledger_attempts_priced", &[("by", by), ("week", week)], n);
+    }
+}
+
 /// `GET /metrics`: Prometheus text format (version 0.0.4). Ingest counters of the ledger (by
 /// write result, SPEC 2) and of this server's writer; and, for the current ISO week (or
 /// `?week=`), every alert of the weekly review ([`laneledger_query::metrics::week_alerts`]: seed
@@ -421,6 +465,9 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
                     &[("metric", a.metric), ("week", &week)],
                     u8::from(a.state == AlertState::Alert),
                 );
+            }
+            if let Some(spend) = &review.week.spend {
+                spend_gauges(&mut out, spend, &week);
             }
         }
         Err(laneledger_query::Error::UnknownWeek(_)) => {

@@ -18,7 +18,7 @@ use crate::weeks::{StateView, WeekRow, decimals};
 /// One metric of the drill table: this week, the previous week, the change.
 struct MetricRow {
     name: &'static str,
-    definition: &'static str,
+    definition: std::borrow::Cow<'static, str>,
     now: String,
     before: String,
     change: String,
@@ -93,7 +93,7 @@ fn count_row(
 ) -> MetricRow {
     MetricRow {
         name,
-        definition,
+        definition: definition.into(),
         now: format_count(f(w)),
         before: p.map_or("—".to_string(), |p| format_count(f(p))),
         change: p.map_or("—".to_string(), |p| signed(format_count(f(w) - f(p)))),
@@ -114,7 +114,7 @@ fn ratio_row(
     };
     MetricRow {
         name,
-        definition,
+        definition: definition.into(),
         now: format_ratio(f(w), decimals),
         before: p.map_or("—".to_string(), |p| format_ratio(f(p), decimals)),
         change,
@@ -178,6 +178,59 @@ fn drill_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
             |m| m.cross_lane_retries_per_job,
         ),
     ]
+    .into_iter()
+    .chain(spend_rows(w, p))
+    .collect()
+}
+
+/// The drill table's spend rows: spend, spend per accepted artifact, spend of duplicate artifacts.
+/// The definition names what the figure leaves out (unpriced attempts), so that a partial bill is
+/// never read as the whole one.
+fn spend_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
+    type Figure = fn(&laneledger_query::cost::WeekSpend) -> Option<f64>;
+    let basis = w.spend.as_ref().map_or_else(
+        || "no spend kept for this week (a retention sweep removed some of its attempts)".to_string(),
+        |s| s.basis(),
+    );
+    let rows: [(&'static str, &'static str, Figure); 3] = [
+        (
+            "spend",
+            "Σ cost of the attempts: the router's reported cost, else tokens at lane.yaml prices",
+            |s| s.spend,
+        ),
+        (
+            "spend per accepted artifact",
+            "spend ÷ unique accepted artifacts",
+            |s| s.spend_per_accepted_artifact,
+        ),
+        (
+            "spend of duplicate artifacts",
+            "Σ cost of the attempts that returned an idem_key's second or later artifact",
+            |s| s.duplicate_artifact_spend,
+        ),
+    ];
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, (name, definition, f))| {
+            let now = w.spend.as_ref().map(|s| (s.money(f(s)), f(s)));
+            let before = p.and_then(|p| p.spend.as_ref()).map(|s| (s.money(f(s)), f(s)));
+            let change = match (&now, &before) {
+                (Some((_, Some(a))), Some((_, Some(b)))) => signed(format_ratio(Some(a - b), 4)),
+                _ => "—".to_string(),
+            };
+            MetricRow {
+                name,
+                definition: if i == 0 {
+                    format!("{definition}; {basis}").into()
+                } else {
+                    definition.into()
+                },
+                now: now.map_or("—".to_string(), |n| n.0),
+                before: before.map_or("—".to_string(), |b| b.0),
+                change,
+            }
+        })
+        .collect()
 }
 
 /// A threshold as the seed writes it: `0.20`, `1`.

@@ -69,6 +69,7 @@ fn heading(g: Group) -> &'static str {
         Group::Lane => "Lanes and duplicates",
         Group::Keys => "Key refusals",
         Group::Gate => "Dwell gate",
+        Group::Cost => "Cost and latency",
     }
 }
 
