@@ -301,6 +301,11 @@ pub fn message(a: &AlertCheck, week: &str, red: bool, site_url: &str) -> Value {
     let threshold = a.threshold.to_string();
     let (head, figure) = match (red, a.value) {
         (true, _) => ("Alert", format!("{value}, above its threshold of {threshold}")),
+        // Above the threshold yet not red: too few jobs in the week to alert (the detail says so).
+        (false, Some(v)) if v > a.threshold => (
+            "Cleared",
+            format!("{value}, above its threshold of {threshold} but no longer an alert"),
+        ),
         (false, Some(_)) => ("Cleared", format!("{value}, at or below its threshold of {threshold}")),
         (false, None) => (
             "Cleared",
@@ -325,4 +330,52 @@ pub fn message(a: &AlertCheck, week: &str, red: bool, site_url: &str) -> Value {
             "url": link,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(value: Option<f64>, state: AlertState, detail: &str) -> AlertCheck {
+        AlertCheck {
+            metric: "same_key_retries_per_100_refusals",
+            label: "retries on the key that just refused, per 100 refusals",
+            value,
+            threshold: 0.0,
+            state,
+            detail: detail.to_string(),
+            section: "same_key_retry",
+        }
+    }
+
+    #[test]
+    fn a_cleared_post_says_why_the_card_is_no_longer_red() {
+        let link = "<http://h/weeks/2026-W42#alert-same_key_retries_per_100_refusals|Open the week's review>";
+        let none = check(
+            None,
+            AlertState::NoData,
+            "0 retries went to the key that had just refused, of 0 refused attempts",
+        );
+        assert_eq!(
+            message(&none, "2026-W42", false, "http://h")["text"],
+            format!(
+                "Cleared, week 2026-W42: retries on the key that just refused, per 100 refusals is nothing to count \
+                 now (its threshold is 0). 0 retries went to the key that had just refused, of 0 refused attempts. \
+                 {link}"
+            )
+        );
+        let few = check(Some(10.0), AlertState::TooFewJobs, "3 retries <of> 30 & more");
+        let m = message(&few, "2026-W42", false, "http://h");
+        assert_eq!(
+            m["text"],
+            format!(
+                "Cleared, week 2026-W42: retries on the key that just refused, per 100 refusals is 10.00, above its \
+                 threshold of 0 but no longer an alert. 3 retries &lt;of&gt; 30 &amp; more. {link}"
+            )
+        );
+        // The fields for other receivers are not escaped.
+        assert_eq!(m["laneledger"]["detail"], "3 retries <of> 30 & more");
+        assert_eq!(m["laneledger"]["state"], "cleared");
+        assert_eq!(m["laneledger"]["value"], 10.0);
+    }
 }
