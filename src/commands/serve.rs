@@ -144,13 +144,15 @@ pub fn serve_ledger(
             .await
             .with_context(|| format!("binding {addr}"))?;
         let url = format!("http://{}/", listener.local_addr()?);
-        let discovery = super::remote::Discovery::write(
-            &db,
-            &super::remote::Announce {
-                addr: listener.local_addr()?,
-                ..announce
-            },
-        )?;
+        // Best effort: a ledger in a folder that cannot be written is still served; the commands
+        // beside it then say the file is held, as before.
+        let announce = super::remote::Announce {
+            addr: listener.local_addr()?,
+            ..announce
+        };
+        let discovery = super::remote::Discovery::write(&db, &announce)
+            .inspect_err(|e| tracing::warn!("commands on this ledger cannot find the server: {e:#}"))
+            .ok();
         println!(
             "{}",
             banner
