@@ -51,6 +51,14 @@ pub struct ServerArgs {
     /// more fails with 422 "resources exhausted".
     #[arg(long, default_value_t = laneledger_query::session::QUERY_MEMORY_BYTES)]
     pub sql_memory: usize,
+    /// The most rows a statement's answer gives (/v1/sql, /sql); past it the answer is cut and
+    /// says so (JSON "cut", the laneledger-cut header).
+    #[arg(long, default_value_t = laneledger_query::session::MAX_RESULT_ROWS)]
+    pub sql_max_rows: usize,
+    /// The most bytes (in Arrow memory) a statement's answer gives; past it the answer is cut
+    /// and says so.
+    #[arg(long, default_value_t = laneledger_query::session::MAX_RESULT_BYTES)]
+    pub sql_max_result_bytes: usize,
     /// Requests that run SQL (pages, /v1/review, /v1/sql, /metrics) served at once; more wait.
     #[arg(long, default_value_t = 4)]
     pub query_concurrency: usize,
@@ -221,6 +229,14 @@ pub enum Command {
         /// needs more fails with "resources exhausted" (exit 1).
         #[arg(long, default_value_t = laneledger_query::session::QUERY_MEMORY_BYTES)]
         memory: usize,
+        /// The most rows printed; past it the answer is cut there and a line on stderr says so
+        /// (the exit code stays 0). `laneledger export` writes whole tables.
+        #[arg(long, default_value_t = laneledger_query::session::MAX_RESULT_ROWS)]
+        max_rows: usize,
+        /// The most bytes (in Arrow memory) of answer kept; past it the answer is cut there and a
+        /// line on stderr says so.
+        #[arg(long, default_value_t = laneledger_query::session::MAX_RESULT_BYTES)]
+        max_result_bytes: usize,
         /// The statement, e.g. "SELECT * FROM job_rollup LIMIT 5"; `-` reads it from stdin.
         #[arg(allow_hyphen_values = true)]
         sql: String,

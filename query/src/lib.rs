@@ -59,5 +59,5 @@ pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, f
 pub use output::{OutputFormat, format_result, text_cells, text_table};
 pub use findings::Finding;
 pub use sections::{Group, Section, SectionPage, Summary, review_document, section_text};
-pub use session::{QueryResult, Session, TABLES};
+pub use session::{Cut, QueryResult, ResultLimits, Session, TABLES};
 pub use sqlite_sum::sqlite_sum;

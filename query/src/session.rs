@@ -76,6 +76,54 @@ pub const MAX_SQL_BYTES: usize = 64 << 10;
 /// `1+1+…` takes gigabytes, so a statement this large is refused before it is planned.
 pub const MAX_SQL_TOKENS: usize = 4_000;
 
+/// Caps on the answer of a user's statement ([`Session::query_capped`]): past either, the answer
+/// is cut there and says so ([`Cut`]), instead of the statement failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultLimits {
+    /// The most rows an answer keeps: by default 1,000,000.
+    pub max_rows: usize,
+    /// The most Arrow bytes an answer keeps: by default [`MAX_RESULT_BYTES`].
+    pub max_bytes: usize,
+}
+
+/// The default [`ResultLimits::max_rows`].
+pub const MAX_RESULT_ROWS: usize = 1_000_000;
+
+impl Default for ResultLimits {
+    fn default() -> Self {
+        ResultLimits {
+            max_rows: MAX_RESULT_ROWS,
+            max_bytes: MAX_RESULT_BYTES,
+        }
+    }
+}
+
+/// Where an answer was cut: it holds its first `rows` rows, and more followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Cut {
+    /// The rows the answer keeps.
+    pub rows: usize,
+    /// Which cap cut it: `rows` or `bytes`.
+    pub limit: &'static str,
+    /// That cap's value (rows, or bytes).
+    pub max: usize,
+}
+
+impl Cut {
+    /// One sentence for people: where the answer was cut and what to do.
+    pub fn notice(&self) -> String {
+        let rows = crate::metrics::format_count(self.rows as i64);
+        let what = match self.limit {
+            "rows" => format!("{} rows", crate::metrics::format_count(self.max as i64)),
+            _ => format!("{} MiB", self.max >> 20),
+        };
+        let noun = if self.rows == 1 { "row" } else { "rows" };
+        format!(
+            "the answer was cut after {rows} {noun}: it reached the limit of {what}; add a LIMIT or aggregate, or use laneledger export for whole tables"
+        )
+    }
+}
+
 /// A query's answer: its schema and its rows as Arrow batches.
 #[derive(Debug, Clone)]
 pub struct QueryResult {
@@ -358,38 +406,61 @@ impl Session {
     /// Runs one user statement, read-only: DDL, DML, `COPY` and `SET` are refused with
     /// [`Error::ReadOnly`], and more than one statement is a [`Error::Plan`] error.
     pub async fn query(&self, sql: &str) -> Result<QueryResult> {
-        if sql.len() > MAX_SQL_BYTES {
-            return Err(Error::Plan(format!(
-                "SQL longer than {MAX_SQL_BYTES} bytes ({})",
-                sql.len()
-            )));
-        }
-        let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
-        let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
-            .tokenize()
-            .map_err(|e| Error::Plan(e.to_string()))?;
-        let words = tokens
-            .iter()
-            .filter(|t| !matches!(t, datafusion::sql::sqlparser::tokenizer::Token::Whitespace(_)))
-            .count();
-        if words > MAX_SQL_TOKENS {
-            return Err(Error::Plan(format!(
-                "SQL has {words} tokens, more than {MAX_SQL_TOKENS}; split the query"
-            )));
-        }
+        check_size(sql)?;
         // Planned and run on the SQL threads: a plan that keeps its thread for minutes holds up
         // none of the caller's, and dropping this future stops it (see [`Executor`]).
         let ctx = self.ctx.clone();
         let sql = sql.to_string();
         self.executor
-            .run(|stop| async move { run_statement(&ctx, &sql, &stop).await })
+            .run(|stop| async move { run_statement(&ctx, &sql, &stop, None).await })
+            .await
+            .map(|(result, _)| result)
+    }
+
+    /// [`Session::query`] for a user's statement: an answer past `limits` is cut there, and the
+    /// [`Cut`] says where, instead of the statement failing.
+    pub async fn query_capped(&self, sql: &str, limits: ResultLimits) -> Result<(QueryResult, Option<Cut>)> {
+        check_size(sql)?;
+        let ctx = self.ctx.clone();
+        let sql = sql.to_string();
+        self.executor
+            .run(|stop| async move { run_statement(&ctx, &sql, &stop, Some(limits)).await })
             .await
     }
 }
 
+/// Refuses SQL past [`MAX_SQL_BYTES`] or [`MAX_SQL_TOKENS`], before it is planned.
+fn check_size(sql: &str) -> Result<()> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(Error::Plan(format!(
+            "SQL longer than {MAX_SQL_BYTES} bytes ({})",
+            sql.len()
+        )));
+    }
+    let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+    let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+        .tokenize()
+        .map_err(|e| Error::Plan(e.to_string()))?;
+    let words = tokens
+        .iter()
+        .filter(|t| !matches!(t, datafusion::sql::sqlparser::tokenizer::Token::Whitespace(_)))
+        .count();
+    if words > MAX_SQL_TOKENS {
+        return Err(Error::Plan(format!(
+            "SQL has {words} tokens, more than {MAX_SQL_TOKENS}; split the query"
+        )));
+    }
+    Ok(())
+}
+
 /// Plans `sql` (refusing what is not read-only) and collects its answer, up to
 /// [`MAX_RESULT_BYTES`]; every operator of the plan stops once `stop` is up ([`crate::stop`]).
-async fn run_statement(ctx: &SessionContext, sql: &str, stop: &Arc<AtomicBool>) -> Result<QueryResult> {
+async fn run_statement(
+    ctx: &SessionContext,
+    sql: &str,
+    stop: &Arc<AtomicBool>,
+    limits: Option<ResultLimits>,
+) -> Result<(QueryResult, Option<Cut>)> {
     let plan = ctx
         .state()
         .create_logical_plan(sql)
@@ -416,17 +487,57 @@ async fn run_statement(ctx: &SessionContext, sql: &str, stop: &Arc<AtomicBool>) 
         _ => plan,
     };
     let mut stream = datafusion::physical_plan::execute_stream(plan, task)?;
-    let (mut batches, mut bytes) = (Vec::new(), 0usize);
+    let (mut batches, mut bytes, mut rows) = (Vec::new(), 0usize, 0usize);
     let mut seen = HashSet::new();
+    let max_bytes = limits.map_or(MAX_RESULT_BYTES, |l| l.max_bytes);
+    let max_rows = limits.map_or(usize::MAX, |l| l.max_rows);
+    let mut cut = None;
     while let Some(b) = stream.next().await {
         let b = b?;
-        bytes += unseen_buffer_bytes(&b, &mut seen);
-        if bytes > MAX_RESULT_BYTES {
-            return Err(Error::ResultTooLarge(MAX_RESULT_BYTES));
+        if b.num_rows() == 0 {
+            continue;
         }
+        if rows == max_rows {
+            cut = Some(Cut {
+                rows,
+                limit: "rows",
+                max: max_rows,
+            });
+            break;
+        }
+        let b = if rows + b.num_rows() > max_rows {
+            // Rows past the cap follow in this very batch: keep its head, and say so.
+            cut = Some(Cut {
+                rows: max_rows,
+                limit: "rows",
+                max: max_rows,
+            });
+            b.slice(0, max_rows - rows)
+        } else {
+            b
+        };
+        bytes += unseen_buffer_bytes(&b, &mut seen);
+        if bytes > max_bytes {
+            match limits {
+                None => return Err(Error::ResultTooLarge(MAX_RESULT_BYTES)),
+                Some(_) => {
+                    cut = Some(Cut {
+                        rows,
+                        limit: "bytes",
+                        max: max_bytes,
+                    });
+                    break;
+                }
+            }
+        }
+        rows += b.num_rows();
         batches.push(b);
+        if cut.is_some() {
+            break;
+        }
     }
-    Ok(QueryResult { schema, batches })
+    // Dropping the stream here stops the plan's remaining work.
+    Ok((QueryResult { schema, batches }, cut))
 }
 
 /// The bytes of the buffers `batch` holds that `seen` has not counted yet: each allocation once

@@ -3,7 +3,7 @@
 mod common;
 
 use datafusion::assert_batches_sorted_eq;
-use laneledger_query::{Error, Session, Thresholds};
+use laneledger_query::{Error, OutputFormat, Session, Thresholds, format_result};
 
 struct TestCase {
     query: &'static str,
@@ -252,4 +252,55 @@ async fn a_record_acknowledged_is_visible_to_the_next_query() {
         .await
         .unwrap();
     assert_eq!(r.num_rows(), 1);
+}
+
+#[tokio::test]
+async fn a_users_answer_past_its_caps_is_cut_and_says_where() {
+    use laneledger_query::{Cut, ResultLimits};
+    let (_d, s) = session(&[]).await;
+    let limits = |max_rows, max_bytes| ResultLimits { max_rows, max_bytes };
+    let sql = "SELECT value FROM generate_series(1, 10) ORDER BY value";
+    let (r, cut) = s.query_capped(sql, limits(4, 1 << 20)).await.unwrap();
+    assert_eq!(r.num_rows(), 4);
+    let cut = cut.unwrap();
+    assert_eq!(
+        cut,
+        Cut {
+            rows: 4,
+            limit: "rows",
+            max: 4
+        }
+    );
+    assert_eq!(
+        cut.notice(),
+        "the answer was cut after 4 rows: it reached the limit of 4 rows; add a LIMIT or aggregate, or use laneledger export for whole tables"
+    );
+    assert_eq!(
+        format_result(&r, OutputFormat::Csv).unwrap(),
+        "value\r\n1\r\n2\r\n3\r\n4\r\n"
+    );
+    // Exactly at the cap, or under it, nothing is cut.
+    for max_rows in [10, 11] {
+        let (r, cut) = s.query_capped(sql, limits(max_rows, 1 << 20)).await.unwrap();
+        assert_eq!((r.num_rows(), cut), (10, None));
+    }
+    // 8,192 rows of 1,000 bytes pass 1 MiB in the first batch: nothing is kept.
+    let wide = "SELECT repeat('x', 1000) AS s FROM generate_series(1, 100000)";
+    let (r, cut) = s.query_capped(wide, limits(1_000_000, 1 << 20)).await.unwrap();
+    assert_eq!(r.num_rows(), 0);
+    let cut = cut.unwrap();
+    assert_eq!(
+        cut,
+        Cut {
+            rows: 0,
+            limit: "bytes",
+            max: 1 << 20
+        }
+    );
+    assert_eq!(
+        cut.notice(),
+        "the answer was cut after 0 rows: it reached the limit of 1 MiB; add a LIMIT or aggregate, or use laneledger export for whole tables"
+    );
+    // The internal path keeps its all-or-nothing answer.
+    assert_eq!(s.query(sql).await.unwrap().num_rows(), 10);
 }

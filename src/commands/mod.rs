@@ -70,8 +70,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             timeout,
             memory,
+            max_rows,
+            max_result_bytes,
             sql,
-        } => sql::run(&db.db, format, timeout, memory, &sql),
+        } => {
+            let limits = laneledger_query::ResultLimits {
+                max_rows: max_rows.max(1),
+                max_bytes: max_result_bytes.max(1),
+            };
+            sql::run(&db.db, format, timeout, memory, limits, &sql)
+        }
         Command::Review {
             db,
             week,

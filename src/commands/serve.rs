@@ -97,6 +97,10 @@ pub fn serve_ledger(
         max_records: server.max_records.max(1),
         request_timeout: seconds("request-timeout", server.request_timeout)?,
         sql_timeout: seconds("sql-timeout", server.sql_timeout)?,
+        sql_result: laneledger_query::ResultLimits {
+            max_rows: server.sql_max_rows.max(1),
+            max_bytes: server.sql_max_result_bytes.max(1),
+        },
         query_concurrency: server.query_concurrency.max(1),
         write_concurrency: server.write_concurrency.max(1),
         query_queue: server.query_queue,

@@ -4,17 +4,25 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use laneledger_query::{OutputFormat, Session, format_result};
+use laneledger_query::{OutputFormat, ResultLimits, Session, format_result};
 
 use crate::cli::SqlFormat;
 
 /// The exit code of a statement stopped at `--timeout`.
 pub const TIMED_OUT: u8 = 5;
 
-/// Runs one statement under `timeout_s` seconds (0: none) and `memory` bytes for its operators.
+/// Runs one statement under `timeout_s` seconds (0: none) and `memory` bytes for its operators,
+/// its answer cut at `limits` (a line on stderr says where).
 /// The statement runs on the query layer's own threads: at the timeout it is stopped, its
 /// threads' work dropped, and the command exits [`TIMED_OUT`].
-pub fn run(db: &Path, format: SqlFormat, timeout_s: f64, memory: usize, sql: &str) -> anyhow::Result<ExitCode> {
+pub fn run(
+    db: &Path,
+    format: SqlFormat,
+    timeout_s: f64,
+    memory: usize,
+    limits: ResultLimits,
+    sql: &str,
+) -> anyhow::Result<ExitCode> {
     if !(timeout_s.is_finite() && (0.0..=31_536_000.0).contains(&timeout_s)) {
         return Err(super::usage::usage(format!(
             "--timeout must be a number of seconds from 0 (no limit) to 31536000, not {timeout_s}"
@@ -33,8 +41,8 @@ pub fn run(db: &Path, format: SqlFormat, timeout_s: f64, memory: usize, sql: &st
     let config = laneledger_store::LaneConfig::default();
     let out = super::runtime()?.block_on(async {
         let session = Session::with_memory_limit(ledger, config, memory.max(1 << 20)).await?;
-        let query = session.query(&sql);
-        let result = if timeout_s == 0.0 {
+        let query = session.query_capped(&sql, limits);
+        let (result, cut) = if timeout_s == 0.0 {
             query.await?
         } else {
             match tokio::time::timeout(Duration::from_secs_f64(timeout_s), query).await {
@@ -47,11 +55,14 @@ pub fn run(db: &Path, format: SqlFormat, timeout_s: f64, memory: usize, sql: &st
             SqlFormat::Csv => OutputFormat::Csv,
             SqlFormat::Json => OutputFormat::Json,
         };
-        Ok::<_, anyhow::Error>(Some(format_result(&result, fmt)?))
+        Ok::<_, anyhow::Error>(Some((format_result(&result, fmt)?, cut)))
     })?;
     match out {
-        Some(out) => {
+        Some((out, cut)) => {
             super::print(&out)?;
+            if let Some(cut) = cut {
+                eprintln!("laneledger: {}", cut.notice());
+            }
             Ok(ExitCode::SUCCESS)
         }
         None => {

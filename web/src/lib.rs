@@ -76,6 +76,9 @@ pub struct Options {
     pub request_timeout: Duration,
     /// How long one SQL statement may run (`/v1/sql`, `/sql`; 408 past it). Default 20 s.
     pub sql_timeout: Duration,
+    /// The rows and Arrow bytes a user's statement (`/v1/sql`, `/sql`) answers; past either the
+    /// answer is cut there and says so. Default 1,000,000 rows and 256 MiB.
+    pub sql_result: laneledger_query::ResultLimits,
     /// Requests that run SQL (pages, `/v1/review`, `/v1/sql`, `/metrics`) served at once; more wait.
     /// Default 4.
     pub query_concurrency: usize,
@@ -109,6 +112,7 @@ impl Default for Options {
             max_records: 100_000,
             request_timeout: Duration::from_secs(30),
             sql_timeout: Duration::from_secs(20),
+            sql_result: laneledger_query::ResultLimits::default(),
             query_concurrency: 4,
             write_concurrency: 64,
             query_queue: 32,

@@ -36,6 +36,8 @@ struct Answer {
     numeric: Vec<bool>,
     rows: Vec<Vec<String>>,
     total: usize,
+    /// Where the answer was cut at the server's result limits, in words.
+    cut: Option<String>,
 }
 
 #[derive(Template)]
@@ -92,7 +94,7 @@ pub async fn page(State(state): State<AppState>, Query(p): Query<SqlParams>) -> 
     let (mut answer, mut error, mut status) = (None, None, StatusCode::OK);
     if !sql.trim().is_empty() {
         match run_sql(&state, &sql).await {
-            Ok(result) => match text_cells(&result, PAGE_ROWS) {
+            Ok((result, cut)) => match text_cells(&result, PAGE_ROWS) {
                 Ok((columns, rows)) => {
                     answer = Some(Answer {
                         numeric: result
@@ -104,6 +106,7 @@ pub async fn page(State(state): State<AppState>, Query(p): Query<SqlParams>) -> 
                         columns,
                         rows,
                         total: result.num_rows(),
+                        cut: cut.map(|c| c.notice()),
                     })
                 }
                 Err(e) => {

@@ -274,6 +274,47 @@ fn repeat_past_the_cap_is_a_json_422_and_the_server_goes_on() {
 }
 
 #[test]
+fn an_answer_past_the_result_caps_is_cut_and_says_so_in_json_csv_and_a_header() {
+    let s = serve(
+        2_000,
+        Options {
+            sql_result: laneledger_query::ResultLimits {
+                max_rows: 3,
+                max_bytes: 1 << 20,
+            },
+            ..Options::default()
+        },
+    );
+    let notice = "the answer was cut after 3 rows: it reached the limit of 3 rows; add a LIMIT or aggregate, \
+                  or use laneledger export for whole tables";
+    let a = sql(s.addr, "SELECT value FROM generate_series(1, 5) ORDER BY value");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.header("laneledger-cut"), Some(notice));
+    let v = a.json();
+    assert_eq!(v["rows"], serde_json::json!([{"value": 1}, {"value": 2}, {"value": 3}]));
+    assert_eq!(v["row_count"], 3);
+    assert_eq!(
+        v["cut"],
+        serde_json::json!({"rows": 3, "limit": "rows", "max": 3, "message": notice})
+    );
+    let body = serde_json::json!({ "sql": "SELECT value FROM generate_series(1, 5) ORDER BY value" }).to_string();
+    let a = request(s.addr, "POST", "/v1/sql?format=csv", &body).unwrap();
+    assert_eq!((a.status, a.body.as_str()), (200, "value\r\n1\r\n2\r\n3\r\n"));
+    assert_eq!(a.header("laneledger-cut"), Some(notice));
+    // Under the caps: no header, and "cut": null.
+    let a = sql(s.addr, "SELECT value FROM generate_series(1, 3)");
+    assert_eq!(a.header("laneledger-cut"), None);
+    assert_eq!(a.json()["cut"], Value::Null);
+    // 8,192 rows of 1,000 bytes pass 1 MiB in the first batch.
+    let a = sql(s.addr, "SELECT repeat('x', 1000) AS s FROM generate_series(1, 100000)");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        (a.json()["row_count"].clone(), a.json()["cut"]["limit"].clone()),
+        (serde_json::json!(0), serde_json::json!("bytes"))
+    );
+}
+
+#[test]
 fn past_the_sql_queue_a_request_gets_503_with_retry_after() {
     let s = serve(
         2_000,
