@@ -19,6 +19,8 @@ pub struct Thresholds {
     pub duplicate_artifacts_per_100_jobs: f64,
     /// `alerts.lane_policy_violations_per_100_jobs`: 1.
     pub lane_policy_violations_per_100_jobs: f64,
+    /// `lanes.audit`: false turns the lane policy audit off, and with it its alert.
+    pub lane_policy_audit: bool,
     /// `alerts.late_duplicates_per_100_jobs`: 0.
     pub late_duplicates_per_100_jobs: f64,
     /// `alerts.refusals_per_100_attempts`: 50.
@@ -54,6 +56,7 @@ impl From<&laneledger_store::LaneConfig> for Thresholds {
             cross_lane_retries_per_job: a.cross_lane_retries_per_job,
             duplicate_artifacts_per_100_jobs: a.duplicate_artifacts_per_100_jobs,
             lane_policy_violations_per_100_jobs: a.lane_policy_violations_per_100_jobs,
+            lane_policy_audit: c.lanes.audit,
             late_duplicates_per_100_jobs: a.late_duplicates_per_100_jobs,
             refusals_per_100_attempts: a.refusals_per_100_attempts,
             same_key_retries_per_100_refusals: a.same_key_retries_per_100_refusals,
@@ -364,16 +367,26 @@ pub fn audit_alerts(m: &WeekMetrics, c: &AuditCounts, t: &Thresholds) -> Vec<Ale
     let attempts = m.free_attempts + m.paid_attempts;
     let n = format_count;
     vec![
-        check(
-            "lane_policy_violations_per_100_jobs",
-            per_100(c.lane_policy_jobs, m.jobs),
-            t.lane_policy_violations_per_100_jobs,
-            format!(
-                "{} of {} jobs had an attempt on the wrong lane",
-                n(c.lane_policy_jobs),
-                n(m.jobs)
-            ),
-        ),
+        if t.lane_policy_audit {
+            check(
+                "lane_policy_violations_per_100_jobs",
+                per_100(c.lane_policy_jobs, m.jobs),
+                t.lane_policy_violations_per_100_jobs,
+                format!(
+                    "{} of {} jobs had an attempt on the wrong lane",
+                    n(c.lane_policy_jobs),
+                    n(m.jobs)
+                ),
+            )
+        } else {
+            // Turned off in lane.yaml: no figure, so never an alert.
+            check(
+                "lane_policy_violations_per_100_jobs",
+                None,
+                t.lane_policy_violations_per_100_jobs,
+                "off: lanes.audit is false in lane.yaml, so the lane policy is not replayed".to_string(),
+            )
+        },
         check(
             "late_duplicates_per_100_jobs",
             per_100(c.late_duplicates, m.jobs),

@@ -327,6 +327,10 @@ impl Session {
             .await?;
         let mut out = Vec::with_capacity(specs.len() + 2);
         for section in specs {
+            if section.id == "lane_policy_violation" && !self.config().lanes.audit {
+                out.push(lane_audit_off(section));
+                continue;
+            }
             if section.id == "gate_free_admit_miss" {
                 out.push(self.gate_ratios(week).await?);
             }
@@ -422,6 +426,20 @@ pub struct SectionPage {
     pub pages: usize,
     /// The 0-based index of the page's first row among all the section's rows.
     pub first_row: usize,
+}
+
+/// The lane policy section when lane.yaml sets `lanes.audit: false`: it says the audit is off,
+/// rather than showing an empty table a reader would take for "none found".
+fn lane_audit_off(section: Section) -> Section {
+    Section {
+        title: "Lane policy violations: off",
+        description: "lane.yaml sets lanes.audit: false, so the lane policy is not replayed: this section lists nothing and its alert does not fire.",
+        columns: vec!["lane policy audit".to_string()],
+        rows: vec![vec![Some("off (lanes.audit: false in lane.yaml)".to_string())]],
+        total_rows: 0,
+        summary: None,
+        ..section
+    }
 }
 
 /// Sections computed at once by [`Session::audit_sections`].

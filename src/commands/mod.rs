@@ -328,8 +328,11 @@ pub fn report_damage_on_panic() {
 }
 
 /// Reads lane.yaml, or the seeds' defaults when no path is given.
+/// Its lane tiers become the lanes this process takes in records (one lane.yaml a process).
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<laneledger_store::LaneConfig> {
-    Ok(laneledger_store::LaneConfig::load(path)?)
+    let config = laneledger_store::LaneConfig::load(path)?;
+    config.lanes.activate();
+    Ok(config)
 }
 
 /// A multi-thread tokio runtime for the async commands.

@@ -73,14 +73,81 @@ impl Default for LaneConfig {
     }
 }
 
-/// `lanes` (seed 000 lane.yaml).
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+/// `lanes` (seed 000 lane.yaml), and the tiers of a router whose lanes are other than free and
+/// paid (issue 31).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LanesConfig {
     /// `lanes.free`: the free lane.
     pub free: FreeLaneConfig,
     /// `lanes.paid`: the paid fallback.
     pub paid: PaidLaneConfig,
+    /// `lanes.tiers`: the router's lanes in the order a job moves down them, each with its
+    /// budget and the outcomes that move a job on; given, it replaces `free` and `paid`, which
+    /// must then be left out. Default none: the tiers are `free` then `paid` ([`Self::tiers`]).
+    pub tiers: Option<Vec<TierConfig>>,
+    /// `lanes.audit`: whether the review replays the lane policy (`lane_policy_violation`);
+    /// `false` for a router whose policy is not this one. Default true.
+    pub audit: bool,
+}
+
+impl Default for LanesConfig {
+    fn default() -> Self {
+        LanesConfig {
+            free: FreeLaneConfig::default(),
+            paid: PaidLaneConfig::default(),
+            tiers: None,
+            audit: true,
+        }
+    }
+}
+
+/// One entry of `lanes.tiers`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// `lanes.tiers[].name`: the lane's name as records spell it (matched exactly, case
+    /// included), 1–64 bytes, no control characters, no space at either end.
+    pub name: String,
+    /// `lanes.tiers[].max_attempts`: attempts a job may use on this tier before it moves to the
+    /// next, a count (default 1). The last tier's is not enforced: there is nowhere to move.
+    #[serde(default = "one")]
+    pub max_attempts: u32,
+    /// `lanes.tiers[].pin_on`: outcomes on this tier that move the job to the next tier at once
+    /// (default none), spelled as `lanes.free.pin_on`.
+    #[serde(default, deserialize_with = "outcome_names")]
+    pub pin_on: Vec<Outcome>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl LanesConfig {
+    /// The tiers in order: `lanes.tiers` as written, or `free` (its budget and `pin_on`) then
+    /// `paid` (its budget, nothing pins further).
+    pub fn tiers(&self) -> Vec<TierConfig> {
+        self.tiers.clone().unwrap_or_else(|| {
+            vec![
+                TierConfig {
+                    name: "free".into(),
+                    max_attempts: self.free.max_attempts,
+                    pin_on: self.free.pin_on.clone(),
+                },
+                TierConfig {
+                    name: "paid".into(),
+                    max_attempts: self.paid.max_attempts,
+                    pin_on: Vec::new(),
+                },
+            ]
+        })
+    }
+
+    /// Makes these tiers the lanes this process takes in records ([`crate::lanes::activate`]).
+    pub fn activate(&self) {
+        let tiers = self.tiers();
+        crate::lanes::activate(&tiers.iter().map(|t| t.name.as_str()).collect::<Vec<_>>());
+    }
 }
 
 /// `lanes.free` (seed 000 lane.yaml).
@@ -609,6 +676,62 @@ impl LaneConfig {
         for (key, v) in at_least_one {
             if v == 0 {
                 return invalid(key, "must be at least 1".to_string());
+            }
+        }
+        self.check_tiers(text, file)?;
+        Ok(())
+    }
+
+    /// `lanes.tiers`: at least one, names 1–64 bytes without control characters or a space at
+    /// either end, no name twice, each budget at least 1, and `free` / `paid` left out.
+    fn check_tiers(&self, text: &str, file: &str) -> Result<(), ConfigError> {
+        let Some(tiers) = &self.lanes.tiers else {
+            return Ok(());
+        };
+        // The first line holding `needle` after the `tiers:` key, else that key's line.
+        let line_of = |needle: &str| {
+            let lines: Vec<&str> = text.lines().collect();
+            let start = lines.iter().position(|l| l.contains("tiers:")).unwrap_or(0);
+            let found = lines[start..].iter().position(|l| !needle.is_empty() && l.contains(needle));
+            Some(start + found.unwrap_or(0) + 1)
+        };
+        let invalid = |key: String, needle: &str, message: String| {
+            Err(ConfigError::Invalid {
+                file: file.to_string(),
+                line: line_of(needle),
+                column: None,
+                key,
+                message,
+            })
+        };
+        if tiers.is_empty() {
+            return invalid("lanes.tiers".into(), "", "names no tier: give at least one".into());
+        }
+        if self.lanes.free != FreeLaneConfig::default() || self.lanes.paid != PaidLaneConfig::default() {
+            return invalid(
+                "lanes.tiers".into(),
+                "",
+                "replaces lanes.free and lanes.paid: leave those out and give their budgets in the tiers".into(),
+            );
+        }
+        for (i, tier) in tiers.iter().enumerate() {
+            let name = tier.name.as_str();
+            let bad = if name.is_empty() {
+                Some("is empty".to_string())
+            } else if name.len() > crate::lanes::MAX_NAME_BYTES {
+                Some(format!("is {} bytes, more than {}", name.len(), crate::lanes::MAX_NAME_BYTES))
+            } else if name.chars().any(char::is_control) || name.trim() != name {
+                Some(format!("{name:?} has a control character or a space at an end"))
+            } else if tiers[..i].iter().any(|t| t.name == name) {
+                Some(format!("{name:?} names an earlier tier again"))
+            } else {
+                None
+            };
+            if let Some(message) = bad {
+                return invalid(format!("lanes.tiers[{i}].name"), name, message);
+            }
+            if tier.max_attempts == 0 {
+                return invalid(format!("lanes.tiers[{i}].max_attempts"), name, "must be at least 1".into());
             }
         }
         Ok(())

@@ -207,14 +207,15 @@ pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<At
             };
             let outcome = match lane {
                 Lane::Free => draw_free_outcome(rng, free_attempts == 0),
-                Lane::Paid => Outcome::Ok,
+                // The drill makes only the original two lanes.
+                Lane::Paid | Lane::Named(_) => Outcome::Ok,
             };
             let (key_id, pool_id, model) = match lane {
                 Lane::Free => {
                     free_key += 1;
                     (format!("free-key-{:02}", free_key % 10), "free-pool", "free-model")
                 }
-                Lane::Paid => {
+                Lane::Paid | Lane::Named(_) => {
                     paid_key += 1;
                     (format!("paid-key-{:02}", paid_key % 4), "paid-pool", "paid-model")
                 }

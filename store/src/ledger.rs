@@ -31,6 +31,9 @@ use crate::time::now_micros;
 use crate::write_rules::{Merge, merge, without_own_ingested_at};
 
 /// One record offered to the ledger: a parsed attempt, or a line already known to be bad.
+// An attempt is the usual record (a lane name made it larger than a reject by a little more than
+// clippy's bound); boxing it would cost an allocation per record ingested.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Incoming {
     /// A parsed attempt with where it came from.

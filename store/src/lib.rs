@@ -27,6 +27,7 @@ pub mod drill;
 pub mod error;
 pub mod idem_index;
 pub mod ingest;
+pub mod lanes;
 pub mod ledger;
 pub mod mapping;
 pub mod parse;

@@ -343,7 +343,10 @@ pub(crate) fn decode_attempt<'a>(cells: &mut dyn Iterator<Item = (&'a str, Cell<
             "idem_key" => check(id("idem_key", cell).map(|v| idem_key = Some(v))),
             "attempt_no" => check(integer("attempt_no", cell, 1, MAX_ATTEMPT_NO).map(|v| attempt_no = Some(v as u32))),
             "lane" => check(text("lane", cell).and_then(|s| {
-                lane = Some(Lane::parse(s).ok_or_else(|| ("lane", format!("{s:?} is not free or paid")))?);
+                lane = Some(
+                    Lane::configured(s)
+                        .ok_or_else(|| ("lane", format!("{s:?} is not {}", crate::lanes::expected())))?,
+                );
                 Ok(())
             })),
             "started_at" => check(timestamp("started_at", cell).map(|v| started_at = Some(v))),

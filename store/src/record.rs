@@ -6,31 +6,77 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The lane an attempt ran on (seed 000 `CHECK (lane IN ('free','paid'))`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The lane an attempt ran on (seed 000 `CHECK (lane IN ('free','paid'))`), or one of the tiers a
+/// `lane.yaml` names (issue 31).
+///
+/// Stored as postcard's enum encoding: `Free` and `Paid` are the one byte 0 and 1 they always
+/// were (so older files and their chain hashes are unchanged), and any other configured name is
+/// variant 2 followed by the name inline (its length, then its UTF-8 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// The free lane.
     Free,
     /// The paid fallback.
     Paid,
+    /// A tier named in `lane.yaml`, spelled as configured. Build it with
+    /// [`crate::lanes::intern`], which gives `free` and `paid` their own variants.
+    Named(&'static str),
 }
 
 impl Lane {
-    /// The seed's spelling: `"free"` or `"paid"`.
+    /// The name: `"free"`, `"paid"` or the configured tier's.
     pub fn as_str(self) -> &'static str {
         match self {
             Lane::Free => "free",
             Lane::Paid => "paid",
+            Lane::Named(name) => name,
         }
     }
 
-    /// Parses the seed's spelling; anything else is `None`.
+    /// Parses the seed's spelling; anything else is `None` (for configured tiers see
+    /// [`Lane::configured`]).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "free" => Some(Lane::Free),
             "paid" => Some(Lane::Paid),
             _ => None,
         }
+    }
+
+    /// The lane of this process's `lane.yaml` tiers spelled exactly `s` (`free` or `paid` without
+    /// tiers); `None` for any other name ([`crate::lanes::configured`]).
+    pub fn configured(s: &str) -> Option<Self> {
+        crate::lanes::configured(s)
+    }
+}
+
+/// How [`Lane`] is encoded: the derive's layout, so that `Free` and `Paid` keep their bytes.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Lane")]
+enum LaneRepr<'a> {
+    Free,
+    Paid,
+    Named(#[serde(borrow)] std::borrow::Cow<'a, str>),
+}
+
+impl Serialize for Lane {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Lane::Free => LaneRepr::Free,
+            Lane::Paid => LaneRepr::Paid,
+            Lane::Named(name) => LaneRepr::Named(std::borrow::Cow::Borrowed(name)),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Lane {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match LaneRepr::deserialize(d)? {
+            LaneRepr::Free => Lane::Free,
+            LaneRepr::Paid => Lane::Paid,
+            LaneRepr::Named(name) => crate::lanes::intern(&name),
+        })
     }
 }
 

@@ -51,6 +51,11 @@ pub struct AuditSettings {
     pub overload_window_s: u32,
     /// `keys.max_attempts_per_turn`: attempts (seed 002: 8).
     pub max_attempts_per_turn: u32,
+    /// `lanes.tiers`, when lane.yaml names its own tiers: the replay walks them in order instead
+    /// of free (`max_free_attempts`, `pin_on`) then paid.
+    pub tiers: Option<Vec<lane_policy::Tier>>,
+    /// `lanes.audit`: false turns the lane policy replay off (no rows, no alert).
+    pub lane_audit: bool,
 }
 
 impl Default for AuditSettings {
@@ -66,6 +71,8 @@ impl Default for AuditSettings {
             pool_overload_keys: refusal::POOL_OVERLOAD_KEYS,
             overload_window_s: refusal::OVERLOAD_WINDOW_SECONDS,
             max_attempts_per_turn: refusal::MAX_ATTEMPTS_PER_TURN,
+            tiers: None,
+            lane_audit: true,
         }
     }
 }
@@ -83,6 +90,17 @@ impl From<&laneledger_store::LaneConfig> for AuditSettings {
             pool_overload_keys: c.keys.pool_overload_keys,
             overload_window_s: c.keys.overload_window_s,
             max_attempts_per_turn: c.keys.max_attempts_per_turn,
+            tiers: c.lanes.tiers.as_ref().map(|tiers| {
+                tiers
+                    .iter()
+                    .map(|t| lane_policy::Tier {
+                        name: t.name.clone(),
+                        max_attempts: t.max_attempts,
+                        pin_on: t.pin_on.iter().map(|o| o.as_str().to_string()).collect(),
+                    })
+                    .collect()
+            }),
+            lane_audit: c.lanes.audit,
         }
     }
 }
@@ -200,7 +218,7 @@ impl Columns {
             job_id: self.job_id.value(i),
             idem_key: self.idem_key.value(i),
             attempt_no: self.attempt_no.value(i) as u32,
-            lane: Lane::parse(self.lane.value(i)).unwrap_or(Lane::Free),
+            lane: laneledger_store::lanes::intern(self.lane.value(i)),
             started_at: self.started_at.value(i),
             ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
             outcome: text(&self.outcome, i).and_then(Outcome::parse),

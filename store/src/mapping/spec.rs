@@ -317,16 +317,16 @@ pub struct DeriveSpec {
     pub tiebreak: Vec<Pointer>,
 }
 
-/// A lane name in a mapping: `free` or `paid`.
+/// A lane name in a mapping: `free` or `paid`, or a tier of the `lane.yaml` in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneName(pub Lane);
 
 impl<'de> Deserialize<'de> for LaneName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Lane::parse(&s)
+        Lane::configured(&s)
             .map(LaneName)
-            .ok_or_else(|| serde::de::Error::custom(format!("{s:?} is not a lane (free or paid)")))
+            .ok_or_else(|| serde::de::Error::custom(format!("{s:?} is not a lane ({})", crate::lanes::expected())))
     }
 }
 
