@@ -156,6 +156,7 @@ pub fn words(section: &Section, row: &[Option<String>]) -> String {
             get("decided_at"),
             get("expected_decision")
         ),
+        "data_quality" => format!("{}: {}", get("kind").replace('_', " "), get("detail")),
         _ => section
             .columns
             .iter()

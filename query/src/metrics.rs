@@ -40,6 +40,8 @@ pub struct Thresholds {
     /// `alerts.min_jobs`: 20. A week with fewer jobs shows its ratios, but one above its
     /// threshold is [`AlertState::TooFewJobs`], not an alert.
     pub min_jobs: i64,
+    /// `alerts.data_quality_findings_per_100_attempts`: 1.
+    pub data_quality_findings_per_100_attempts: f64,
 }
 
 impl Default for Thresholds {
@@ -66,6 +68,7 @@ impl From<&laneledger_store::LaneConfig> for Thresholds {
             outcome_mismatches_per_100_refusals: a.outcome_mismatches_per_100_refusals,
             gate_decision_mismatches_per_100_decisions: a.gate_decision_mismatches_per_100_decisions,
             min_jobs: i64::try_from(a.min_jobs).unwrap_or(i64::MAX),
+            data_quality_findings_per_100_attempts: a.data_quality_findings_per_100_attempts,
         }
     }
 }
@@ -92,11 +95,13 @@ pub struct AuditCounts {
     pub jobs_past_bound: i64,
     /// Rows of `outcome_mismatch`.
     pub outcome_mismatches: i64,
+    /// Rows of `data_quality`.
+    pub data_quality_findings: i64,
 }
 
 /// The queries behind [`AuditCounts`]: (field, SQL with `{where}` for the week filter, which is
 /// empty or `AND iso_week = '…'`). Each answers `iso_week, n`.
-const AUDIT_COUNT_SQL: [(&str, &str); 9] = [
+const AUDIT_COUNT_SQL: [(&str, &str); 10] = [
     (
         "lane_policy_jobs",
         "SELECT iso_week, COUNT(DISTINCT job_id) AS n FROM lane_policy_violation WHERE TRUE {where} GROUP BY iso_week",
@@ -133,6 +138,10 @@ const AUDIT_COUNT_SQL: [(&str, &str); 9] = [
         "outcome_mismatches",
         "SELECT iso_week, COUNT(*) AS n FROM outcome_mismatch WHERE TRUE {where} GROUP BY iso_week",
     ),
+    (
+        "data_quality_findings",
+        "SELECT iso_week, COUNT(*) AS n FROM data_quality WHERE TRUE {where} GROUP BY iso_week",
+    ),
 ];
 
 impl AuditCounts {
@@ -147,6 +156,7 @@ impl AuditCounts {
             "overload_episodes" => self.overload_episodes = n,
             "jobs_past_bound" => self.jobs_past_bound = n,
             "outcome_mismatches" => self.outcome_mismatches = n,
+            "data_quality_findings" => self.data_quality_findings = n,
             _ => {}
         }
     }
@@ -270,6 +280,7 @@ pub fn alert_label(metric: &str) -> (&'static str, &'static str) {
             "free admits that missed their slack (freeze the dwell gate)",
             "gate_ratios",
         ),
+        "data_quality_findings_per_100_attempts" => ("data quality findings per 100 attempts", "data_quality"),
         "gate_decision_mismatches_per_100_decisions" => (
             "gate decisions unlike the safe decision, per 100 decisions",
             "gate_decision_mismatch",
@@ -450,6 +461,16 @@ pub fn audit_alerts(m: &WeekMetrics, c: &AuditCounts, t: &Thresholds) -> Vec<Ale
                 "{} outcomes contradict the refusal's code, of {} refused attempts",
                 n(c.outcome_mismatches),
                 n(c.refusals)
+            ),
+        ),
+        check(
+            "data_quality_findings_per_100_attempts",
+            per_100(c.data_quality_findings, attempts),
+            t.data_quality_findings_per_100_attempts,
+            format!(
+                "{} data quality findings, of {} attempts",
+                n(c.data_quality_findings),
+                n(attempts)
             ),
         ),
     ]

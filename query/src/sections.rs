@@ -24,6 +24,8 @@ pub enum Group {
     Gate,
     /// What the week cost and how long its attempts took ([`crate::cost`]).
     Cost,
+    /// Records the figures cannot take at face value (`data_quality`).
+    Data,
 }
 
 /// One table of the review: what it shows, the SQL behind it, and its rows.
@@ -194,6 +196,18 @@ const SPECS: &[Spec] = &[
     },
 ];
 
+/// The data quality findings, after the gate.
+const DATA_SPECS: &[Spec] = &[Spec {
+    id: "data_quality",
+    group: Group::Data,
+    title: "Data quality findings",
+    description: "Records the figures above cannot take at face value, kept as sent (none dropped or corrected): attempt numbers that skip (a router that retried inside its SDK; no row is made up for the gap), an artifact a success already reported logged ok again (its tokens count twice), ok with no artifact_id or with tokens_out 0 (a stream cut short), ended_at before started_at (left out of the latency percentiles), started_at after the ledger took the record, conflicts and unreadable lines received this week, and jobs keyed by a declared fallback (fallback:…).",
+    sql: "SELECT kind, job_id, attempt_no, detail FROM data_quality WHERE iso_week = '{week}' ORDER BY kind, job_id, attempt_no, detail",
+    summary: Some(
+        "SELECT kind, COUNT(*) AS findings, COUNT(DISTINCT job_id) AS jobs FROM data_quality WHERE iso_week = '{week}' GROUP BY kind ORDER BY findings DESC, kind",
+    ),
+}];
+
 /// Seed 003's decision lists, after the gate's ratios.
 const GATE_SPECS: &[Spec] = &[
     Spec {
@@ -319,6 +333,7 @@ impl Session {
         let pending: Vec<_> = SPECS
             .iter()
             .chain(GATE_SPECS)
+            .chain(DATA_SPECS)
             .map(|spec| self.spec_section(spec, week))
             .collect();
         let specs: Vec<Section> = futures::stream::iter(pending)
@@ -470,6 +485,19 @@ impl Session {
         let p95 = f64_at(&m, "free_p95_latency_s");
         let amb = f64_at(&m, "ambiguous_rate");
         let delta = f64_at(&m, "token_delta");
+        // Free attempts that ended before they started have no latency: the p95 leaves them out.
+        let left_out = m
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .map_or(0, |b| crate::metrics::i64_col(b, "free_latency_left_out", 0));
+        let left_out = match left_out {
+            0 => String::new(),
+            n => format!(
+                " ({} that ended before {} left out)",
+                crate::words::counted(n as u64, "attempt", "attempts"),
+                if n == 1 { "it started" } else { "they started" }
+            ),
+        };
         let yes_no = |b: Option<bool>| Some(b.map_or("—", |b| if b { "yes" } else { "no" }).to_string());
         let secs = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.1} s"));
         let pct = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{:.1}%", v * 100.0));
@@ -477,7 +505,7 @@ impl Session {
             vec![
                 Some("Deadline slack p95 < 2× free-lane p95 latency".to_string()),
                 Some(format!(
-                    "slack p95 {} (gate decisions); free-lane p95 latency {}",
+                    "slack p95 {} (gate decisions); free-lane p95 latency {}{left_out}",
                     secs(slack),
                     secs(p95)
                 )),

@@ -137,6 +137,7 @@ async fn the_sample_drills_reproduce_seed_000s_drill_table() {
             ("pool_overload_episodes_per_week", "alert"),
             ("jobs_past_attempt_bound_per_100_jobs", "pass"),
             ("outcome_mismatches_per_100_refusals", "pass"),
+            ("data_quality_findings_per_100_attempts", "pass"),
         ]
     );
     let values: Vec<Option<f64>> = nopin.alerts.iter().map(|a| a.value).collect();
@@ -148,7 +149,7 @@ async fn the_sample_drills_reproduce_seed_000s_drill_table() {
         "{:?}",
         pin.alerts
     );
-    assert_eq!(pin.alerts.len(), 10);
+    assert_eq!(pin.alerts.len(), 11);
     assert_eq!(n.duplicate_artifacts_per_100_jobs, Some(7.0));
 }
 

@@ -255,6 +255,10 @@ pub struct AlertsConfig {
     /// `alerts.gate_decision_mismatches_per_100_decisions`: gate decisions that differ from the
     /// safe decision on the same figures per 100 decisions. Default 0 (any alerts).
     pub gate_decision_mismatches_per_100_decisions: f64,
+    /// `alerts.data_quality_findings_per_100_attempts`: rows of the `data_quality` audit (attempt
+    /// number gaps, artifacts reported twice, ok without artifact or tokens_out, impossible
+    /// times, conflicts and rejects received, fallback keys) per 100 attempts. Default 1.
+    pub data_quality_findings_per_100_attempts: f64,
 }
 
 impl Default for AlertsConfig {
@@ -272,6 +276,7 @@ impl Default for AlertsConfig {
             jobs_past_attempt_bound_per_100_jobs: 0.0,
             outcome_mismatches_per_100_refusals: 0.0,
             gate_decision_mismatches_per_100_decisions: 0.0,
+            data_quality_findings_per_100_attempts: 1.0,
         }
     }
 }

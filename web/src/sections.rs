@@ -70,6 +70,7 @@ fn heading(g: Group) -> &'static str {
         Group::Keys => "Key refusals",
         Group::Gate => "Dwell gate",
         Group::Cost => "Cost and latency",
+        Group::Data => "Data quality",
     }
 }
 

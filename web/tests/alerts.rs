@@ -79,7 +79,7 @@ async fn the_key_incident_week_opens_with_red_cards_for_its_key_audits() {
     let (status, html) = get(&state, "/weeks/2026-W42").await;
     assert_eq!(status, StatusCode::OK);
     assert!(
-        html.contains("<strong>7 alerts this week</strong>, shown first in red; the 3 others"),
+        html.contains("<strong>7 alerts this week</strong>, shown first in red; the 4 others"),
         "{html}"
     );
     // The summary comes before the cards, the cards before every table.
@@ -105,6 +105,7 @@ async fn the_key_incident_week_opens_with_red_cards_for_its_key_audits() {
             card("cross_lane_retries_per_job", "pass", "0.150", "0.20"),
             card("duplicate_artifacts_per_100_jobs", "pass", "0.00", "1"),
             card("late_duplicates_per_100_jobs", "pass", "0.00", "0"),
+            card("data_quality_findings_per_100_attempts", "pass", "0.00", "1"),
         ]
     );
     assert!(html.contains("3 retries went to the key that had just refused, of 30 refused attempts"));
@@ -184,16 +185,16 @@ async fn a_week_of_clean_traffic_has_no_red_card() {
     assert_eq!(status, StatusCode::OK);
     assert!(
         html.contains(
-            "<strong>No alert this week</strong>: each of the 10 figures below is at or below its threshold."
+            "<strong>No alert this week</strong>: each of the 11 figures below is at or below its threshold."
         ),
         "{html}"
     );
     let cards = cards(&html);
-    assert_eq!(cards.len(), 10);
+    assert_eq!(cards.len(), 11);
     assert_eq!(cards.iter().filter(|c| c.1 != "pass").count(), 0, "{cards:?}");
     assert_eq!(cards[4], card("refusals_per_100_attempts", "pass", "28.91", "50"));
     let (_, weeks) = get(&state, "/weeks").await;
-    assert!(weeks.contains("<span class=\"badge pass\">none</span> <span class=\"muted small\">of 10</span>"));
+    assert!(weeks.contains("<span class=\"badge pass\">none</span> <span class=\"muted small\">of 11</span>"));
     let review = state.session.review(Some("2026-W48"), &state.thresholds).await.unwrap();
     assert_eq!(review.firing().count(), 0);
     assert!(review.to_text().contains("No alert this week"));
@@ -240,7 +241,7 @@ async fn the_prometheus_rules_use_only_metrics_that_metrics_serves() {
             r["expr"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(exprs.len(), 14);
+    assert_eq!(exprs.len(), 15);
     // A week with every figure: the pin week, with gate decisions and refusals.
     let (_dir, state) = state(&ALL, true).await;
     let (status, metrics) = get(&state, "/metrics?week=2026-W48").await;
@@ -251,7 +252,7 @@ async fn the_prometheus_rules_use_only_metrics_that_metrics_serves() {
         .map(|l| &l[..l.find(['{', ' ']).unwrap()])
         .collect();
     let used: std::collections::BTreeSet<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
-    assert_eq!(used.len(), 28, "{used:?}");
+    assert_eq!(used.len(), 30, "{used:?}");
     for name in &used {
         assert!(served.contains(name.as_str()), "{name} is not in /metrics:\n{metrics}");
     }
@@ -261,7 +262,7 @@ async fn the_prometheus_rules_use_only_metrics_that_metrics_serves() {
         .filter_map(|l| l.strip_prefix("laneledger_alert{metric=\""))
         .map(|l| &l[..l.find('"').unwrap()])
         .collect();
-    assert_eq!(alerted.len(), 12);
+    assert_eq!(alerted.len(), 13);
     for metric in alerted {
         assert!(
             used.contains(&format!("laneledger_{metric}_threshold")),

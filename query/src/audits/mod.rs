@@ -12,7 +12,9 @@
 //! | `attempt_bound_exceeded` | seed 002 `MAX_ATTEMPTS_PER_TURN` |
 //! | `outcome_mismatch` | the router's outcome against seed 002 `error_kind` |
 //! | `refusal_by_kind`, `refusal_by_code`, `free_lane_bet` | SQL views, see [`views`] |
+//! | `data_quality` | odd records: attempt number gaps, artifacts reported twice, cut streams, impossible times, conflicts, rejects, fallback keys ([`data_quality`]) |
 
+pub mod data_quality;
 pub mod lane_policy;
 pub mod reconcile;
 pub mod refusals;
@@ -452,6 +454,13 @@ pub fn register(
         let table = LedgerTable::new(schema, ledger.clone(), read).with_week_read(week_read);
         ctx.register_table(name, Arc::new(table))?;
     }
+    // data_quality also reads the conflicts and rejects the ledger keeps.
+    let (all_attempts, week_attempts) = (attempts.clone(), attempts.clone());
+    let read: ReadFn = Arc::new(move |l: &Ledger| in_chunks(data_quality::read(l, &all_attempts, None)?));
+    let week_read: WeekReadFn =
+        Arc::new(move |l: &Ledger, week: &str| in_chunks(data_quality::read(l, &week_attempts, Some(week))?));
+    let table = LedgerTable::new(data_quality::schema(), ledger.clone(), read).with_week_read(week_read);
+    ctx.register_table(data_quality::TABLE, Arc::new(table))?;
     Ok(())
 }
 

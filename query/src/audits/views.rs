@@ -20,7 +20,9 @@ GROUP BY w.iso_week, a.http_status, a.provider_code, a.error_kind";
 /// week. Columns: iso_week, free_p95_latency_s (p95 of ended_at − started_at over free attempts
 /// that ended ok, seconds), ambiguous_rate (ambiguous free attempts ÷ free attempts),
 /// free_tokens_per_attempt, paid_tokens_per_attempt (mean tokens), token_delta
-/// (|paid − free| ÷ free).
+/// (|paid − free| ÷ free), free_latency_left_out (free ok attempts whose ended_at is before their
+/// started_at: an impossible latency, left out of the p95 and counted here; `data_quality` lists
+/// them as `ended_before_started`).
 pub const FREE_LANE_BET_VIEW: &str = "CREATE VIEW free_lane_bet AS
 WITH a AS (
   SELECT w.iso_week, x.lane, x.outcome, x.tokens_in + x.tokens_out AS tokens,
@@ -29,18 +31,20 @@ WITH a AS (
 ),
 lat AS (
   SELECT iso_week, percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS free_p95_latency_s
-  FROM a WHERE lane = 'free' AND outcome = 'ok' AND seconds IS NOT NULL
+  FROM a WHERE lane = 'free' AND outcome = 'ok' AND seconds >= 0
   GROUP BY iso_week
 ),
 m AS (
   SELECT iso_week,
          SUM(lane = 'free' AND outcome = 'ambiguous') * 1.0 / NULLIF(SUM(lane = 'free'), 0) AS ambiguous_rate,
          AVG(CASE WHEN lane = 'free' THEN tokens END) AS free_tokens_per_attempt,
-         AVG(CASE WHEN lane = 'paid' THEN tokens END) AS paid_tokens_per_attempt
+         AVG(CASE WHEN lane = 'paid' THEN tokens END) AS paid_tokens_per_attempt,
+         COUNT(CASE WHEN lane = 'free' AND outcome = 'ok' AND seconds < 0 THEN 1 END) AS free_latency_left_out
   FROM a GROUP BY iso_week
 )
 SELECT m.iso_week, lat.free_p95_latency_s, m.ambiguous_rate, m.free_tokens_per_attempt, m.paid_tokens_per_attempt,
-       abs(m.paid_tokens_per_attempt - m.free_tokens_per_attempt) / NULLIF(m.free_tokens_per_attempt, 0) AS token_delta
+       abs(m.paid_tokens_per_attempt - m.free_tokens_per_attempt) / NULLIF(m.free_tokens_per_attempt, 0) AS token_delta,
+       m.free_latency_left_out
 FROM m LEFT JOIN lat ON m.iso_week = lat.iso_week";
 
 /// The audit views, in creation order (after the core views).
