@@ -876,7 +876,15 @@ impl WeekReview {
         }
         let firing: Vec<&AlertCheck> = self.firing().collect();
         if firing.is_empty() {
-            s += "No alert this week: every figure is at or below its threshold.\n\n";
+            let few = self.alerts.iter().filter(|a| a.state == AlertState::TooFewJobs).count();
+            if few == 0 {
+                s += "No alert this week: every figure is at or below its threshold.\n\n";
+            } else {
+                s += &format!(
+                    "No alert this week: {} above its threshold from too few jobs to alert (alerts.min_jobs).\n\n",
+                    crate::words::counted(few as u64, "figure is", "figures are")
+                );
+            }
         } else {
             s += &format!(
                 "{} this week:\n",

@@ -161,7 +161,14 @@ async fn a_ratio_from_fewer_jobs_than_min_jobs_is_shown_but_does_not_alert() {
         a.detail,
         "1 duplicate artifacts in 3 jobs; only 3 jobs, fewer than the 20 a week needs to raise an alert (alerts.min_jobs)"
     );
-    assert!(r.to_text().contains("TOO FEW JOBS"), "{}", r.to_text());
+    let text = r.to_text();
+    assert!(text.contains("TOO FEW JOBS"), "{text}");
+    assert!(
+        text.contains(
+            "No alert this week: 1 figure is above its threshold from too few jobs to alert (alerts.min_jobs)."
+        ),
+        "{text}"
+    );
     let doc = review_document(&r, &[]);
     assert!(
         doc["alerts"]
@@ -179,8 +186,9 @@ async fn a_ratio_from_fewer_jobs_than_min_jobs_is_shown_but_does_not_alert() {
     );
 
     // With min_jobs at 3 the same week alerts.
-    let (a, fires, _) = state(Thresholds { min_jobs: 3, ..default }).await;
+    let (a, fires, r) = state(Thresholds { min_jobs: 3, ..default }).await;
     assert_eq!((a.value, a.state, fires), (Some(100.0 / 3.0), AlertState::Alert, true));
+    assert!(!r.to_text().contains("too few jobs"));
     assert_eq!(a.detail, "1 duplicate artifacts in 3 jobs");
     // And a passing ratio in a small week stays a pass.
     let (a, fires, _) = state(Thresholds {

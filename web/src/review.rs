@@ -61,6 +61,8 @@ struct ReviewPage {
     alerts: Vec<AlertRow>,
     /// How many alerts fire this week.
     firing: usize,
+    /// How many alerts are above their threshold in a week of too few jobs.
+    too_few: usize,
     /// Seed 000 query 1's tokens per artifact (÷ `SUM(artifacts)`), this week and the previous.
     seed_q1: String,
     seed_q1_before: String,
@@ -283,6 +285,11 @@ fn review_page(
             .unwrap_or_default(),
         rows: drill_rows(w, p),
         firing: review.firing().count(),
+        too_few: review
+            .alerts
+            .iter()
+            .filter(|a| a.state == laneledger_query::AlertState::TooFewJobs)
+            .count(),
         alerts: review
             .firing()
             .chain(

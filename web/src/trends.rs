@@ -11,6 +11,9 @@ use chrono::Datelike;
 
 use crate::charts::{ALERT, ChartError, GRID, INK, MUTED, Mark, PASS, annotate, finish, label, nice_max, text_style};
 
+/// A value above its threshold from too few jobs to alert (the site's amber).
+const FEW: RGBColor = RGBColor(0x7a, 0x53, 0x00);
+
 /// The shade of the weeks without data between two weeks with data.
 const GAP: RGBColor = RGBColor(0xf1, 0xf3, 0xf5);
 
@@ -53,6 +56,8 @@ fn week_number(label: &str) -> Result<i64, ChartError> {
 }
 
 /// Draws `points` (ISO week, value; oldest first) against `threshold`; values show with `decimals`.
+/// A value above the threshold in one of the `too_few` weeks (fewer jobs than `alerts.min_jobs`)
+/// is drawn amber with `data-state="too_few_jobs"`, not as an alert.
 ///
 /// The x axis is time: a week a slot from the first week to the last, so weeks without data
 /// between them are drawn as shaded gaps (`<rect data-gap-from data-gap-to data-gap-weeks>`),
@@ -62,10 +67,22 @@ pub(crate) fn trend_chart(
     title: &str,
     metric: &str,
     points: &[(String, Option<f64>)],
+    too_few: &[String],
     threshold: f64,
     threshold_text: &str,
     decimals: usize,
 ) -> Result<String, ChartError> {
+    // The state of a week's value: `alert`, `too_few_jobs` or `pass`.
+    let state_of = |week: &String, v: f64| match (v > threshold, too_few.contains(week)) {
+        (true, false) => "alert",
+        (true, true) => "too_few_jobs",
+        (false, _) => "pass",
+    };
+    let colour_of = |state: &str| match state {
+        "alert" => ALERT,
+        "too_few_jobs" => FEW,
+        _ => PASS,
+    };
     let numbers = points
         .iter()
         .map(|(w, _)| week_number(w))
@@ -237,8 +254,7 @@ pub(crate) fn trend_chart(
                 )?;
                 continue;
             };
-            let alert = v > threshold;
-            let colour = if alert { ALERT } else { PASS };
+            let colour = colour_of(state_of(week, v));
             let shown = format_ratio(Some(v), decimals);
             dots.push((i, Circle::new((at(i), v), 5, colour.filled())));
             let (px, py) = chart.backend_coord(&(at(i), v));
@@ -257,7 +273,7 @@ pub(crate) fn trend_chart(
         for (i, _) in &dots {
             let (week, v) = &points[*i];
             let v = v.unwrap_or(0.0);
-            let state = if v > threshold { "alert" } else { "pass" };
+            let state = state_of(week, v);
             let shown = format_ratio(Some(v), decimals);
             marks.push(Mark {
                 data: vec![
@@ -266,7 +282,10 @@ pub(crate) fn trend_chart(
                     ("value", shown.clone()),
                     ("state", state.to_string()),
                 ],
-                title: format!("{week}: {title} {shown} ({state}; alert above {threshold_text})"),
+                title: format!(
+                    "{week}: {title} {shown} ({}; alert above {threshold_text})",
+                    state.replace('_', " ")
+                ),
             });
         }
         chart.draw_series(dots.into_iter().map(|(_, d)| d))?;
@@ -301,6 +320,7 @@ mod tests {
             "cross-lane retries per job",
             "cross_lane_retries_per_job",
             &points,
+            &["2026-W46".to_string()],
             0.2,
             "0.20",
             3,

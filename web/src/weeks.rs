@@ -146,7 +146,24 @@ struct WeeksPage {
 
 /// The trend charts: seed 000's two alerts over every week, seed 003's over the weeks with gate
 /// decisions (none when no decision was logged).
-async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView>, Error> {
+/// `by_week` gives each week's alert states: a point from too few jobs is drawn as such.
+async fn trends(
+    state: &AppState,
+    weeks: &[WeekMetrics],
+    by_week: &[(String, Vec<AlertCheck>)],
+) -> Result<Vec<TrendView>, Error> {
+    // The weeks whose `metric` is above its threshold from too few jobs.
+    let too_few = |metric: &str| -> Vec<String> {
+        by_week
+            .iter()
+            .filter(|(_, alerts)| {
+                alerts
+                    .iter()
+                    .any(|a| a.metric == metric && a.state == AlertState::TooFewJobs)
+            })
+            .map(|(w, _)| w.clone())
+            .collect()
+    };
     let t = &state.thresholds;
     let mut out = Vec::new();
     type Pick = fn(&WeekMetrics) -> Option<f64>;
@@ -173,7 +190,15 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
             title,
             metric,
             description,
-            svg: trend_chart(title, metric, &points, threshold, &threshold_s, decimals(metric))?,
+            svg: trend_chart(
+                title,
+                metric,
+                &points,
+                &too_few(metric),
+                threshold,
+                &threshold_s,
+                decimals(metric),
+            )?,
             threshold: threshold_s,
             sql: format!("SELECT iso_week, {metric} FROM weekly_metrics ORDER BY week_start"),
         });
@@ -191,7 +216,15 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
             title,
             metric,
             description: "admit_free decisions that recorded slack_miss ÷ admit_free decisions, per ISO week of decided_at, for the weeks with gate decisions (above the threshold, freeze dwell_gate_enabled).",
-            svg: trend_chart(title, metric, &points, threshold, &threshold_s, decimals(metric))?,
+            svg: trend_chart(
+                title,
+                metric,
+                &points,
+                &too_few(metric),
+                threshold,
+                &threshold_s,
+                decimals(metric),
+            )?,
             threshold: threshold_s,
             sql: format!("SELECT iso_week, {metric} FROM gate_weekly ORDER BY week_start"),
         });
@@ -202,8 +235,8 @@ async fn trends(state: &AppState, weeks: &[WeekMetrics]) -> Result<Vec<TrendView
 /// `GET /weeks`.
 pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<impl Template>, AppError> {
     let weeks = state.session.weeks().await?;
-    let trends = trends(&state, &weeks).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
+    let trends = trends(&state, &weeks, &by_week).await?;
     let rows = week_rows(&weeks, &by_week, None, state.session.now_micros());
     Ok(HtmlTemplate(WeeksPage {
         nav: "weeks",

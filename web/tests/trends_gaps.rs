@@ -223,8 +223,13 @@ async fn a_ratio_from_too_few_jobs_is_not_a_red_card() {
     assert!(card.contains(r#"<section class="card fewjobs""#), "{card}");
     assert!(card.contains(r#"<span class="badge fewjobs">too few jobs</span>"#));
     assert!(card.contains("33.33 is above 1, from too few jobs to raise an alert"));
-    assert!(page.contains("No alert this week"));
+    assert!(page.contains("<strong>No alert this week</strong>: 1 of the "));
+    assert!(page.contains(
+        " figures below is above its threshold, but from fewer jobs than a week needs to raise an alert (<code>alerts.min_jobs</code>)"
+    ));
     assert!(!page.contains(r#"<section class="card alert""#));
+    let weeks = get(&state, "/weeks").await;
+    assert!(weeks.contains(r#"data-week="2026-W47" data-metric="duplicate_artifacts_per_100_jobs" data-value="33.33" data-state="too_few_jobs"><title>2026-W47: duplicate artifacts per 100 jobs 33.33 (too few jobs; alert above 1)</title>"#));
     let metrics = get(&state, "/metrics?week=2026-W47").await;
     assert!(metrics.contains("laneledger_alert{metric=\"duplicate_artifacts_per_100_jobs\",week=\"2026-W47\"} 0\n"));
 
@@ -233,4 +238,9 @@ async fn a_ratio_from_too_few_jobs_is_not_a_red_card() {
     let page = get(&state, "/weeks/2026-W47").await;
     assert!(page.contains(r#"<section class="card alert" id="alert-duplicate_artifacts_per_100_jobs">"#));
     assert!(page.contains("5.00 is above 1: ALERT"));
+    assert!(!page.contains("fewer jobs than a week needs"));
+    let weeks = get(&state, "/weeks").await;
+    assert!(weeks.contains(
+        r#"data-week="2026-W47" data-metric="duplicate_artifacts_per_100_jobs" data-value="5.00" data-state="alert""#
+    ));
 }
