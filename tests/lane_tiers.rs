@@ -61,7 +61,7 @@ fn ingest_takes_the_configured_tiers_and_refuses_another_lane() {
     ]);
     assert_eq!(
         String::from_utf8(o.stdout).unwrap(),
-        "job_id,attempt_no,lane\nj1,1,Gemini-Free\nj1,2,Gemini-Free\nj2,1,gpt-4o\n"
+        "job_id,attempt_no,lane\r\nj1,1,Gemini-Free\r\nj1,2,Gemini-Free\r\nj2,1,gpt-4o\r\n"
     );
 
     // Without the config, the same lanes are not the default ones.
@@ -71,7 +71,9 @@ fn ingest_takes_the_configured_tiers_and_refuses_another_lane() {
         "accepted 1, completed 0, duplicate deliveries 0, conflicts 0, rejected 3\n"
     );
 
-    let o = run(&["review", "--db", db, "--config", config, "--week", "2026-W48", "--format", "json"]);
+    let o = run(&[
+        "review", "--db", db, "--config", config, "--week", "2026-W48", "--format", "json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let review: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let text = review.to_string();
