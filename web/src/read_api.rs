@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::{AlertState, OutputFormat, QueryResult, format_result, review_document};
+use laneledger_query::{AlertState, Cut, OutputFormat, QueryResult, format_result, review_document};
 use serde::Deserialize;
 
 use crate::AppState;
@@ -52,6 +52,9 @@ fn plain_text(text: String) -> Response {
         .into_response()
 }
 
+/// The header of a `/v1/sql` answer cut at the server's result limits: one sentence saying where.
+pub const CUT_HEADER: &str = "laneledger-cut";
+
 /// `POST /v1/sql`'s body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,14 +62,14 @@ struct SqlRequest {
     sql: String,
 }
 
-/// Runs user SQL under the server's SQL timeout: read-only, with the session's token, memory
-/// and result limits (see [`laneledger_query::Session::query`]).
+/// Runs user SQL under the server's SQL timeout: read-only, with the session's token and memory
+/// limits, its answer cut at `options.sql_result` (see [`laneledger_query::Session::query_capped`]).
 ///
 /// Errors: the query's own ([`ApiError`] from [`laneledger_query::Error`]), or 408 when it runs
 /// past `options.sql_timeout`.
-pub(crate) async fn run_sql(state: &AppState, sql: &str) -> Result<QueryResult, ApiError> {
+pub(crate) async fn run_sql(state: &AppState, sql: &str) -> Result<(QueryResult, Option<Cut>), ApiError> {
     let limit = state.options.sql_timeout;
-    match tokio::time::timeout(limit, state.session.query(sql)).await {
+    match tokio::time::timeout(limit, state.session.query_capped(sql, state.options.sql_result)).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -106,9 +109,18 @@ pub async fn sql(
             )));
         }
     };
-    let result = run_sql(&state, &req.sql).await?;
+    let (result, cut) = run_sql(&state, &req.sql).await?;
+    // A cut answer says so in a header whatever its format (and in the JSON document).
+    let cut_header = |mut response: Response| {
+        if let Some(c) = cut
+            && let Ok(v) = HeaderValue::from_str(&c.notice())
+        {
+            response.headers_mut().insert(CUT_HEADER, v);
+        }
+        response
+    };
     if let Some(f) = as_printed {
-        return Ok(plain_text(format_result(&result, f)?));
+        return Ok(cut_header(plain_text(format_result(&result, f)?)));
     }
     let csv = headers
         .get(header::ACCEPT)
@@ -116,14 +128,16 @@ pub async fn sql(
         .is_some_and(|v| v.to_ascii_lowercase().contains("text/csv"));
     if csv {
         let text = format_result(&result, OutputFormat::Csv)?;
-        return Ok((
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/csv; charset=utf-8"),
-            )],
-            text,
-        )
-            .into_response());
+        return Ok(cut_header(
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/csv; charset=utf-8"),
+                )],
+                text,
+            )
+                .into_response(),
+        ));
     }
     let columns: Vec<serde_json::Value> = result
         .schema
@@ -139,12 +153,19 @@ pub async fn sql(
     serde_json::to_writer(&mut body, &columns).map_err(ApiError::internal)?;
     body.extend_from_slice(b",\"rows\":");
     body.extend_from_slice(rows.trim_end().as_bytes());
-    body.extend_from_slice(format!(",\"row_count\":{}}}", result.num_rows()).as_bytes());
-    Ok((
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        body,
-    )
-        .into_response())
+    body.extend_from_slice(format!(",\"row_count\":{}", result.num_rows()).as_bytes());
+    body.extend_from_slice(b",\"cut\":");
+    let cut_json =
+        cut.map(|c| serde_json::json!({"rows": c.rows, "limit": c.limit, "max": c.max, "message": c.notice()}));
+    serde_json::to_writer(&mut body, &cut_json).map_err(ApiError::internal)?;
+    body.push(b'}');
+    Ok(cut_header(
+        (
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body,
+        )
+            .into_response(),
+    ))
 }
 
 /// `GET /v1/jobs/{job_id}/attempts`: one job's attempts, read straight from the ledger's
