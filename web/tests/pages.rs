@@ -375,7 +375,7 @@ async fn a_job_page_lists_its_attempts_in_attempt_no_order() {
     let (status, html) = get(&state, "/jobs/j3").await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("<h1>Job j3</h1>"));
-    let rows = body_rows(&html, "<h1>Job j3</h1>");
+    let rows = body_rows(&html, "<h2>Attempts</h2>");
     let detail = body_rows(&html, "<h2>Provider answer and key</h2>");
     assert_eq!(rows.len(), 2);
     assert_eq!(
@@ -413,7 +413,7 @@ async fn a_job_page_lists_its_attempts_in_attempt_no_order() {
 
     let (status, html) = get(&state, "/jobs/j5").await;
     assert_eq!(status, StatusCode::OK);
-    let rows = body_rows(&html, "<h1>Job j5</h1>");
+    let rows = body_rows(&html, "<h2>Attempts</h2>");
     let detail = body_rows(&html, "<h2>Provider answer and key</h2>");
     assert_eq!(
         rows[0],
