@@ -120,7 +120,9 @@ const SPECS: &[Spec] = &[
         title: "Lane policy violations",
         description: "Each job's attempts replayed through the lane policy (lanes in lane.yaml): a free attempt where it answers paid (after an ambiguous or permanent outcome, once pinned, past the free budget), or a paid attempt where it answers free.",
         sql: "SELECT job_id, attempt_no, lane, expected_lane, kind, reason FROM lane_policy_violation WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
-        summary: Some("SELECT v.kind, v.reason, a.model, COUNT(*) AS violations, COUNT(DISTINCT v.job_id) AS jobs FROM lane_policy_violation v LEFT JOIN job_attempt a ON a.job_id = v.job_id AND a.attempt_no = v.attempt_no WHERE v.iso_week = '{week}' GROUP BY v.kind, v.reason, a.model ORDER BY violations DESC, v.kind, v.reason, a.model"),
+        summary: Some(
+            "SELECT v.kind, v.reason, a.model, COUNT(*) AS violations, COUNT(DISTINCT v.job_id) AS jobs FROM lane_policy_violation v LEFT JOIN job_attempt a ON a.job_id = v.job_id AND a.attempt_no = v.attempt_no WHERE v.iso_week = '{week}' GROUP BY v.kind, v.reason, a.model ORDER BY violations DESC, v.kind, v.reason, a.model",
+        ),
     },
     Spec {
         id: "duplicate_reconciliation",
@@ -128,7 +130,9 @@ const SPECS: &[Spec] = &[
         title: "Duplicates against the reconcile window",
         description: "Each later artifact of an idem_key, by the gap between the first artifact's ended_at and its own: inside lane.yaml's late_completion_window_s (900 s by default) it was reconcilable, after it the window was too short.",
         sql: "SELECT idem_key, artifact_id, first_artifact_id, job_id, attempt_no, gap_s, class FROM duplicate_reconciliation WHERE iso_week = '{week}' ORDER BY class, gap_s, idem_key, artifact_id, job_id, attempt_no",
-        summary: Some("SELECT d.class, a.model, COUNT(*) AS duplicates, COUNT(DISTINCT d.idem_key) AS keys FROM duplicate_reconciliation d LEFT JOIN job_attempt a ON a.job_id = d.job_id AND a.attempt_no = d.attempt_no WHERE d.iso_week = '{week}' GROUP BY d.class, a.model ORDER BY duplicates DESC, d.class, a.model"),
+        summary: Some(
+            "SELECT d.class, a.model, COUNT(*) AS duplicates, COUNT(DISTINCT d.idem_key) AS keys FROM duplicate_reconciliation d LEFT JOIN job_attempt a ON a.job_id = d.job_id AND a.attempt_no = d.attempt_no WHERE d.iso_week = '{week}' GROUP BY d.class, a.model ORDER BY duplicates DESC, d.class, a.model",
+        ),
     },
     Spec {
         id: "idem_key_source",
@@ -144,7 +148,9 @@ const SPECS: &[Spec] = &[
         title: "Refusals by kind",
         description: "Attempts a provider refused, by error kind (from http_status and provider_code: transient, quota, auth, request).",
         sql: "SELECT error_kind, attempts, keys FROM refusal_by_kind WHERE iso_week = '{week}' ORDER BY attempts DESC, error_kind",
-        summary: Some("SELECT a.error_kind, a.pool_id, a.model, COUNT(*) AS attempts, COUNT(DISTINCT a.key_id) AS keys FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE w.iso_week = '{week}' AND a.error_kind IS NOT NULL AND a.error_kind <> 'ok' GROUP BY a.error_kind, a.pool_id, a.model ORDER BY attempts DESC, a.error_kind, a.pool_id, a.model"),
+        summary: Some(
+            "SELECT a.error_kind, a.pool_id, a.model, COUNT(*) AS attempts, COUNT(DISTINCT a.key_id) AS keys FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE w.iso_week = '{week}' AND a.error_kind IS NOT NULL AND a.error_kind <> 'ok' GROUP BY a.error_kind, a.pool_id, a.model ORDER BY attempts DESC, a.error_kind, a.pool_id, a.model",
+        ),
     },
     Spec {
         id: "refusal_by_code",
@@ -160,7 +166,9 @@ const SPECS: &[Spec] = &[
         title: "Retries on the key that just refused",
         description: "An attempt on the very key that refused the job's previous attempt: the next attempt should never go to the key that just failed.",
         sql: "SELECT job_id, attempt_no, key_id, pool_id, previous_kind, previous_http_status, previous_provider_code FROM same_key_retry WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
-        summary: Some("SELECT s.key_id, s.pool_id, a.model, s.previous_kind, COUNT(*) AS retries, COUNT(DISTINCT s.job_id) AS jobs FROM same_key_retry s LEFT JOIN job_attempt a ON a.job_id = s.job_id AND a.attempt_no = s.attempt_no WHERE s.iso_week = '{week}' GROUP BY s.key_id, s.pool_id, a.model, s.previous_kind ORDER BY retries DESC, s.key_id, s.pool_id, a.model, s.previous_kind"),
+        summary: Some(
+            "SELECT s.key_id, s.pool_id, a.model, s.previous_kind, COUNT(*) AS retries, COUNT(DISTINCT s.job_id) AS jobs FROM same_key_retry s LEFT JOIN job_attempt a ON a.job_id = s.job_id AND a.attempt_no = s.attempt_no WHERE s.iso_week = '{week}' GROUP BY s.key_id, s.pool_id, a.model, s.previous_kind ORDER BY retries DESC, s.key_id, s.pool_id, a.model, s.previous_kind",
+        ),
     },
     Spec {
         id: "key_rest_violation",
@@ -168,7 +176,9 @@ const SPECS: &[Spec] = &[
         title: "Keys used inside their rest or long break",
         description: "A key used again before its rest ran out after a transient refusal (15 s doubling per strike, at most 240 s), or within the 1,800 s break after a quota or auth refusal.",
         sql: "SELECT key_id, job_id, attempt_no, started_at, rest, refused_job_id, refused_kind, strikes, rest_s, early_s FROM key_rest_violation WHERE iso_week = '{week}' ORDER BY key_id, started_at, job_id, attempt_no",
-        summary: Some("SELECT k.key_id, k.pool_id, a.model, k.rest, COUNT(*) AS uses, COUNT(DISTINCT k.job_id) AS jobs, ROUND(MAX(k.early_s), 1) AS most_early_s FROM key_rest_violation k LEFT JOIN job_attempt a ON a.job_id = k.job_id AND a.attempt_no = k.attempt_no WHERE k.iso_week = '{week}' GROUP BY k.key_id, k.pool_id, a.model, k.rest ORDER BY uses DESC, k.key_id, k.pool_id, a.model, k.rest"),
+        summary: Some(
+            "SELECT k.key_id, k.pool_id, a.model, k.rest, COUNT(*) AS uses, COUNT(DISTINCT k.job_id) AS jobs, ROUND(MAX(k.early_s), 1) AS most_early_s FROM key_rest_violation k LEFT JOIN job_attempt a ON a.job_id = k.job_id AND a.attempt_no = k.attempt_no WHERE k.iso_week = '{week}' GROUP BY k.key_id, k.pool_id, a.model, k.rest ORDER BY uses DESC, k.key_id, k.pool_id, a.model, k.rest",
+        ),
     },
     Spec {
         id: "pool_overload_episode",
@@ -176,7 +186,9 @@ const SPECS: &[Spec] = &[
         title: "Pool overload episodes",
         description: "At least keys.pool_overload_keys (3 by default) distinct keys of one pool answered 1305 inside keys.overload_window_s (60 s): the pool's model was overloaded and the next attempt belonged on the next pool.",
         sql: "SELECT pool_id, started_at, ended_at, refusals_1305, distinct_keys, keys, pool_size_seen, window_s FROM pool_overload_episode WHERE iso_week = '{week}' ORDER BY started_at",
-        summary: Some("SELECT pool_id, COUNT(*) AS episodes, SUM(refusals_1305) AS refusals_1305, MAX(distinct_keys) AS most_keys FROM pool_overload_episode WHERE iso_week = '{week}' GROUP BY pool_id ORDER BY episodes DESC, pool_id"),
+        summary: Some(
+            "SELECT pool_id, COUNT(*) AS episodes, SUM(refusals_1305) AS refusals_1305, MAX(distinct_keys) AS most_keys FROM pool_overload_episode WHERE iso_week = '{week}' GROUP BY pool_id ORDER BY episodes DESC, pool_id",
+        ),
     },
     Spec {
         id: "attempt_bound_exceeded",
@@ -184,7 +196,9 @@ const SPECS: &[Spec] = &[
         title: "Jobs past the attempt bound",
         description: "Jobs with more attempts than keys.max_attempts_per_turn (8 by default).",
         sql: "SELECT job_id, attempts, bound, last_outcome FROM attempt_bound_exceeded WHERE iso_week = '{week}' ORDER BY attempts DESC, job_id",
-        summary: Some("SELECT last_outcome, COUNT(*) AS jobs, SUM(attempts) AS attempts, MAX(attempts) AS most_attempts FROM attempt_bound_exceeded WHERE iso_week = '{week}' GROUP BY last_outcome ORDER BY jobs DESC, last_outcome"),
+        summary: Some(
+            "SELECT last_outcome, COUNT(*) AS jobs, SUM(attempts) AS attempts, MAX(attempts) AS most_attempts FROM attempt_bound_exceeded WHERE iso_week = '{week}' GROUP BY last_outcome ORDER BY jobs DESC, last_outcome",
+        ),
     },
     Spec {
         id: "outcome_mismatch",
@@ -192,7 +206,9 @@ const SPECS: &[Spec] = &[
         title: "Outcomes that contradict the refusal",
         description: "The router's outcome against the refusal's error kind: a quota code sent as retryable, a wrong request sent as retryable, a transient refusal sent as permanent, a refusal sent as ok.",
         sql: "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason FROM outcome_mismatch WHERE iso_week = '{week}' ORDER BY job_id, attempt_no",
-        summary: Some("SELECT o.reason, o.error_kind, a.model, COUNT(*) AS attempts, COUNT(DISTINCT o.job_id) AS jobs FROM outcome_mismatch o LEFT JOIN job_attempt a ON a.job_id = o.job_id AND a.attempt_no = o.attempt_no WHERE o.iso_week = '{week}' GROUP BY o.reason, o.error_kind, a.model ORDER BY attempts DESC, o.reason, o.error_kind, a.model"),
+        summary: Some(
+            "SELECT o.reason, o.error_kind, a.model, COUNT(*) AS attempts, COUNT(DISTINCT o.job_id) AS jobs FROM outcome_mismatch o LEFT JOIN job_attempt a ON a.job_id = o.job_id AND a.attempt_no = o.attempt_no WHERE o.iso_week = '{week}' GROUP BY o.reason, o.error_kind, a.model ORDER BY attempts DESC, o.reason, o.error_kind, a.model",
+        ),
     },
 ];
 
@@ -216,7 +232,9 @@ const GATE_SPECS: &[Spec] = &[
         title: "Free admits that missed their slack",
         description: "admit_free decisions that later recorded slack_miss = true: each is worth a page, with dwell, slack and retry count attached.",
         sql: "SELECT job_id, decided_at, dwell_s, deadline_slack_s, retry_count, queue_age_s, expected_service_s, retry_tax_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss ORDER BY decided_at",
-        summary: Some("SELECT retry_count, COUNT(*) AS decisions, ROUND(AVG(dwell_s), 1) AS mean_dwell_s, ROUND(AVG(deadline_slack_s), 1) AS mean_slack_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss GROUP BY retry_count ORDER BY decisions DESC, retry_count"),
+        summary: Some(
+            "SELECT retry_count, COUNT(*) AS decisions, ROUND(AVG(dwell_s), 1) AS mean_dwell_s, ROUND(AVG(deadline_slack_s), 1) AS mean_slack_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision = 'admit_free' AND slack_miss GROUP BY retry_count ORDER BY decisions DESC, retry_count",
+        ),
     },
     Spec {
         id: "gate_decision_mismatch",
@@ -224,7 +242,9 @@ const GATE_SPECS: &[Spec] = &[
         title: "Decisions that differ from the safe decision",
         description: "The logged decision against the safe decision on the same row (column expected_decision) (age cap, then dwell against slack, with non-positive service or slack deferred).",
         sql: "SELECT job_id, decided_at, decision, expected_decision, queue_age_s, max_queue_age_s, dwell_s, deadline_slack_s, expected_service_s FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision ORDER BY decided_at",
-        summary: Some("SELECT decision, expected_decision, COUNT(*) AS decisions FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision GROUP BY decision, expected_decision ORDER BY decisions DESC, decision, expected_decision"),
+        summary: Some(
+            "SELECT decision, expected_decision, COUNT(*) AS decisions FROM gate_decision WHERE to_char(decided_at, '%G-W%V') = '{week}' AND decision <> expected_decision GROUP BY decision, expected_decision ORDER BY decisions DESC, decision, expected_decision",
+        ),
     },
 ];
 
@@ -624,7 +644,10 @@ fn grouped_columns(sql: &str) -> usize {
         return 0;
     };
     let rest = &sql[at + "GROUP BY ".len()..];
-    let end = rest.find(" ORDER BY").or_else(|| rest.find(" HAVING")).unwrap_or(rest.len());
+    let end = rest
+        .find(" ORDER BY")
+        .or_else(|| rest.find(" HAVING"))
+        .unwrap_or(rest.len());
     rest[..end].split(',').count()
 }
 

@@ -697,7 +697,9 @@ impl LaneConfig {
         let line_of = |needle: &str| {
             let lines: Vec<&str> = text.lines().collect();
             let start = lines.iter().position(|l| l.contains("tiers:")).unwrap_or(0);
-            let found = lines[start..].iter().position(|l| !needle.is_empty() && l.contains(needle));
+            let found = lines[start..]
+                .iter()
+                .position(|l| !needle.is_empty() && l.contains(needle));
             Some(start + found.unwrap_or(0) + 1)
         };
         let invalid = |key: String, needle: &str, message: String| {
@@ -724,7 +726,11 @@ impl LaneConfig {
             let bad = if name.is_empty() {
                 Some("is empty".to_string())
             } else if name.len() > crate::lanes::MAX_NAME_BYTES {
-                Some(format!("is {} bytes, more than {}", name.len(), crate::lanes::MAX_NAME_BYTES))
+                Some(format!(
+                    "is {} bytes, more than {}",
+                    name.len(),
+                    crate::lanes::MAX_NAME_BYTES
+                ))
             } else if name.chars().any(char::is_control) || name.trim() != name {
                 Some(format!("{name:?} has a control character or a space at an end"))
             } else if tiers[..i].iter().any(|t| t.name == name) {
@@ -736,7 +742,11 @@ impl LaneConfig {
                 return invalid(format!("lanes.tiers[{i}].name"), name, message);
             }
             if tier.max_attempts == 0 {
-                return invalid(format!("lanes.tiers[{i}].max_attempts"), name, "must be at least 1".into());
+                return invalid(
+                    format!("lanes.tiers[{i}].max_attempts"),
+                    name,
+                    "must be at least 1".into(),
+                );
             }
         }
         Ok(())

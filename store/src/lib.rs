@@ -39,9 +39,9 @@ pub mod retention;
 pub mod sqlite_source;
 pub mod tables;
 pub mod time;
-pub mod whatif;
 mod varint;
 pub mod webhook_sent;
+pub mod whatif;
 pub mod write_rules;
 
 pub use chain::AttemptChanges;

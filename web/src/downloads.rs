@@ -23,7 +23,12 @@ use crate::error::{AppError, Error};
 
 /// Sections the query layer computes in Rust from several queries: their download is the table
 /// as the page shows it. Every other section's download runs its SQL.
-const COMPUTED_SECTIONS: [&str; 4] = ["free_lane_bet", "gate_ratios", "spend_by_lane_model", "latency_by_lane_model"];
+const COMPUTED_SECTIONS: [&str; 4] = [
+    "free_lane_bet",
+    "gate_ratios",
+    "spend_by_lane_model",
+    "latency_by_lane_model",
+];
 
 /// The SQL of a week's drill table: the week's row of `weekly_metrics` and the previous week's
 /// with data, newest first.
