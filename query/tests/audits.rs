@@ -357,7 +357,9 @@ async fn sections_cut_at_100_rows_and_count_them_all() {
     let mut cut = 0;
     for section in sections
         .iter()
-        .filter(|x| !x.sql.contains(';') && x.id != "gate_ratios")
+        // gate_ratios and the cost sections are computed in Rust; their SQL gives the rows they
+        // are computed from, not their own rows.
+        .filter(|x| !x.sql.contains(';') && x.id != "gate_ratios" && x.group != laneledger_query::Group::Cost)
     {
         let whole = s.query(&section.sql).await.unwrap();
         assert_eq!(section.total_rows, whole.num_rows(), "{}", section.id);
