@@ -388,7 +388,7 @@ async fn columns_built_by_different_queries_line_up_with_a_full_read() {
 /// token (a known cost, kept apart so that queries that never name attrs never hold it); and it
 /// answers exactly what the review and the sections asked for one by one answer.
 #[tokio::test]
-async fn the_review_with_its_sections_scans_once_and_answers_as_its_parts_do() {
+async fn the_review_with_its_sections_scans_twice_and_answers_as_its_parts_do() {
     let (_d, ledger) = common::ledger_from(&["drill-nopin-2026-W47.ndjson", "drill-pin-2026-W48.ndjson"]);
     for week in [Some("2026-W47"), Some("2026-W48"), None] {
         let together = Session::new(ledger.clone()).await.unwrap();
