@@ -305,7 +305,7 @@ async fn a_chosen_week_has_its_own_review_and_passing_alerts() {
     // No attempt names a key or was refused: the three rates over them have no data.
     assert_eq!(
         alerts.matches(r#"<span class="badge pass">pass</span>"#).count(),
-        7,
+        8,
         "{alerts}"
     );
     assert_eq!(
@@ -364,7 +364,7 @@ async fn the_weeks_page_lists_every_week_with_its_alert_states() {
             "0",
             "0.00 pass",
             "0.000 pass",
-            "none of 10"
+            "none of 11"
         ]
     );
 }
