@@ -21,6 +21,7 @@
 
 pub mod attempt_conflict;
 pub mod audits;
+pub mod bounded_aggregates;
 pub mod bounded_strings;
 mod cache_lock;
 pub mod cost;

@@ -212,6 +212,7 @@ impl Session {
         let ctx = SessionContext::new_with_config_rt(df_config, runtime);
         ctx.register_udaf(sqlite_sum());
         crate::bounded_strings::register(&ctx);
+        crate::bounded_aggregates::register(&ctx);
         // One Arrow copy of the attempts per write generation, shared by job_attempt and the
         // job_rollup materialized from it.
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
