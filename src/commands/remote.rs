@@ -501,10 +501,10 @@ impl Remote {
             return Err(self.failed(a));
         }
         let header = |name: &str| a.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let rows: u64 = header(laneledger_web::cli_api::EXPORT_ROWS_HEADER)
+        let rows: u64 = header(laneledger_web::api::cli_api::EXPORT_ROWS_HEADER)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let table_rows: Vec<(String, u64)> = header(laneledger_web::cli_api::EXPORT_TABLES_HEADER)
+        let table_rows: Vec<(String, u64)> = header(laneledger_web::api::cli_api::EXPORT_TABLES_HEADER)
             .unwrap_or_default()
             .split(',')
             .filter_map(|p| p.split_once('='))

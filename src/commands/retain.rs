@@ -27,7 +27,7 @@ pub struct Args {
 /// the writer can stop.
 pub fn spawn_scheduled(state: &AppState, every: Option<Duration>) -> Option<tokio::task::JoinHandle<()>> {
     let every = every?;
-    let task = laneledger_web::retention::spawn_schedule(state.clone(), every)?;
+    let task = laneledger_web::pages::retention::spawn_schedule(state.clone(), every)?;
     tracing::info!("retention sweep every {}s", every.as_secs());
     Some(task)
 }

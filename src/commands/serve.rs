@@ -91,7 +91,7 @@ pub fn serve_ledger(
     let auth = auth(addr, server)?;
     // Each connection holds a descriptor: take all the hard limit allows (the connection cap is
     // lowered to fit what that is).
-    laneledger_web::server::raise_fd_limit();
+    laneledger_web::server::connections::raise_fd_limit();
     let options = Options {
         body_limit: server.body_limit.max(1),
         max_records: server.max_records.max(1),

@@ -163,7 +163,8 @@ impl IntoResponse for AppError {
 pub(crate) async fn not_found(method: Method, uri: Uri) -> Response {
     let path = uri.path();
     if path == "/v1" || path.starts_with("/v1/") {
-        return crate::ApiError::new(StatusCode::NOT_FOUND, format!("no API route {method} {path}")).into_response();
+        return crate::api_error::ApiError::new(StatusCode::NOT_FOUND, format!("no API route {method} {path}"))
+            .into_response();
     }
     AppError::NoRoute(path.to_string()).into_response()
 }

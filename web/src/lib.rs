@@ -7,6 +7,11 @@
 //! ledger's per-job index for a job's attempts. Errors become one readable HTML page each
 //! ([`AppError`]); internal details go to the log, never to the page.
 //!
+//! The folders, each importing only those listed after it: [`pages`] (the HTML pages) →
+//! [`api`] (the JSON routes) → [`server`] (connections, bodies, tokens, SQL turns, the writer,
+//! [`AppState`]); [`error`] and [`api_error`] (an HTML page and a JSON answer for each error)
+//! and [`webhooks`] (alerts posted out) sit beside them. This file wires them into one router.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), laneledger_web::Error> {
 //! let ledger = laneledger_store::Ledger::open("laneledger.redb")?;
@@ -16,166 +21,35 @@
 //! # Ok(()) }
 //! ```
 
-pub mod admission;
+pub mod api;
 pub mod api_error;
-pub mod auth;
-pub mod body;
-mod charts;
-pub mod cli_api;
-mod daily;
-mod downloads;
-mod duplicates;
 pub mod error;
-mod html;
-pub mod ingest_api;
-mod job;
-pub mod mapped_api;
-pub mod otlp;
-pub mod read_api;
-pub mod retention;
-mod review;
-mod section_page;
-mod sections;
+pub mod pages;
 pub mod server;
-mod sql_page;
-mod timeline;
-mod trends;
 pub mod webhooks;
-mod weeks;
-pub mod whatif;
-pub mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
-use laneledger_query::{Session, Thresholds};
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use api::{cli_api, ingest_api, otlp, read_api};
+use pages::{downloads, duplicates, job, retention, review, section_page, sql_page, weeks, whatif};
+use server::{admission, auth, connections};
+
 pub use api_error::ApiError;
-pub use auth::{Auth, Token};
 pub use error::{AppError, Error, Result};
-pub use writer::{Writer, WriterThread};
-
-/// The server's limits; every one is a `laneledger serve` option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Options {
-    /// The largest request body, in bytes, before and after gzip (413 past it). Default 16 MiB.
-    pub body_limit: usize,
-    /// The most records one write request may hold (413 past it). Default 100,000.
-    pub max_records: usize,
-    /// How long one request may take (408 past it). Default 30 s.
-    pub request_timeout: Duration,
-    /// How long one SQL statement may run (`/v1/sql`, `/sql`; 408 past it). Default 20 s.
-    pub sql_timeout: Duration,
-    /// The rows and Arrow bytes a user's statement (`/v1/sql`, `/sql`) answers; past either the
-    /// answer is cut there and says so. Default 1,000,000 rows and 256 MiB.
-    pub sql_result: laneledger_query::ResultLimits,
-    /// Requests that run SQL (pages, `/v1/review`, `/v1/sql`, `/metrics`) served at once; more wait.
-    /// Default 4.
-    pub query_concurrency: usize,
-    /// Write requests served at once; more wait. Default 64.
-    pub write_concurrency: usize,
-    /// Requests that run SQL waiting for one of the `query_concurrency` turns; past it 503 with
-    /// `Retry-After`. Default 32.
-    pub query_queue: usize,
-    /// The head of a request must arrive within it, counted from the accept for a connection's
-    /// first request and from the previous answer for the next; else the connection is closed.
-    /// Default 10 s.
-    pub header_timeout: Duration,
-    /// A connection with no request in flight is closed this long after its last answer.
-    /// Default 5 s.
-    pub keep_alive_timeout: Duration,
-    /// The longest wait for the next part of a request body; past it the request fails (400) and
-    /// the connection is closed. Default 10 s.
-    pub body_timeout: Duration,
-    /// Open connections; past it (or past the open-file limit less a reserve) a new connection
-    /// is closed at once. Default 4,096.
-    pub max_connections: usize,
-    /// `POST /v1/traces` may take the `otlp` mapping's idempotency-key fallback (the trace id)
-    /// for every request, as `?idem_fallback=1` does for one. Default false.
-    pub otlp_idem_fallback: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            body_limit: 16 << 20,
-            max_records: 100_000,
-            request_timeout: Duration::from_secs(30),
-            sql_timeout: Duration::from_secs(20),
-            sql_result: laneledger_query::ResultLimits::default(),
-            query_concurrency: 4,
-            write_concurrency: 64,
-            query_queue: 32,
-            header_timeout: Duration::from_secs(10),
-            keep_alive_timeout: Duration::from_secs(5),
-            body_timeout: Duration::from_secs(10),
-            max_connections: 4096,
-            otlp_idem_fallback: false,
-        }
-    }
-}
-
-/// What every handler shares: the query session over the ledger, seed 000's alert thresholds,
-/// the writer (when the server takes writes), the access rules and the limits.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The DataFusion session over the ledger (cheap to clone).
-    pub session: Session,
-    /// The alert thresholds (seed 000 `lane.yaml` `alerts`).
-    pub thresholds: Thresholds,
-    /// The group-commit writer; `None` serves reads only.
-    pub writer: Option<Writer>,
-    /// Who may write and read.
-    pub auth: Arc<Auth>,
-    /// The limits.
-    pub options: Options,
-    /// Held from the ledger read to the commit by writes whose attempt numbers are derived from
-    /// the ledger (`POST /v1/traces`), so two of them cannot take the same next number.
-    pub(crate) derive_lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl AppState {
-    /// A read-only state over `session` with `thresholds`, open reads and the default limits.
-    pub fn new(session: Session, thresholds: Thresholds) -> Self {
-        AppState {
-            session,
-            thresholds,
-            writer: None,
-            auth: Arc::default(),
-            options: Options::default(),
-            derive_lock: Arc::default(),
-        }
-    }
-
-    /// The same state taking writes through `writer`, for holders of `auth`'s token.
-    pub fn with_writer(mut self, writer: Writer, auth: Auth) -> Self {
-        self.writer = Some(writer);
-        self.auth = Arc::new(auth);
-        self
-    }
-
-    /// The same state with other access rules.
-    pub fn with_auth(mut self, auth: Auth) -> Self {
-        self.auth = Arc::new(auth);
-        self
-    }
-
-    /// The same state with other limits.
-    pub fn with_options(mut self, options: Options) -> Self {
-        self.options = options;
-        self
-    }
-}
+pub use server::auth::{Auth, Token};
+pub use server::state::{AppState, Options};
+pub use server::writer::{Writer, WriterThread};
 
 /// The site's router.
 ///
@@ -237,13 +111,15 @@ pub fn app(state: AppState) -> Router {
         .merge(reads)
         .layer(DefaultBodyLimit::max(o.body_limit))
         .layer(RequestBodyLimitLayer::new(o.body_limit))
-        .layer(from_fn_with_state(o.body_timeout, server::body_timeout))
+        .layer(from_fn_with_state(o.body_timeout, connections::body_timeout))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             o.request_timeout,
         ))
         // A handler that panics answers a JSON 500; the server goes on.
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(server::panic_answer))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            connections::panic_answer,
+        ))
         .with_state(state)
 }
 
@@ -251,7 +127,7 @@ pub fn app(state: AppState) -> Router {
 ///
 /// Errors: [`Error::Bind`] when the address cannot be bound, [`Error::Serve`] when serving fails.
 pub async fn serve(addr: SocketAddr, state: AppState) -> Result<()> {
-    server::raise_fd_limit();
+    connections::raise_fd_limit();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Bind { addr, source })?;
@@ -270,7 +146,7 @@ pub async fn serve_until(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let options = state.options;
-    server::run(listener, app(state), options, shutdown).await;
+    connections::run(listener, app(state), options, shutdown).await;
     Ok(())
 }
 

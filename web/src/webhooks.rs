@@ -3,7 +3,7 @@
 //! the figure, its threshold, the week and a link to the card on the week page.
 //!
 //! [`Notifier::evaluate`] checks the current ISO week and the one before it (each alert of
-//! [`laneledger_query::week_alerts`]) against what each webhook was last told, kept in the ledger
+//! the query crate's `week_alerts`) against what each webhook was last told, kept in the ledger
 //! file ([`laneledger_store::webhook_sent`]) so that a restart posts nothing twice, and posts the
 //! changes. [`Notifier::spawn`] runs it in `serve` on a task of its own: at start, within
 //! [`WebhookOptions::debounce`] of a committed write, every [`WebhookOptions::every`] (a new week

@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use laneledger_query::Session;
 use laneledger_store::Ledger;
-use laneledger_web::otlp::RpcStatus;
+use laneledger_web::api::otlp::RpcStatus;
 use laneledger_web::{AppState, Auth, Options, Token, Writer, WriterThread, app};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};

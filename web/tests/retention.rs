@@ -9,7 +9,7 @@ use laneledger_query::Session;
 use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_store::retention::RetentionRule;
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, parse_timestamp};
-use laneledger_web::retention::{Clock, spawn_schedule};
+use laneledger_web::pages::retention::{Clock, spawn_schedule};
 use laneledger_web::{AppState, app};
 use tower::ServiceExt;
 

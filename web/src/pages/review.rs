@@ -8,12 +8,12 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use laneledger_query::{AlertCheck, Section, WeekMetrics, WeekReview, format_count, format_ratio};
 
-use crate::AppState;
-use crate::daily::DailyView;
 use crate::error::AppError;
-use crate::html::{HtmlTemplate, signed};
-use crate::sections::SectionView;
-use crate::weeks::{StateView, WeekRow, decimals};
+use crate::pages::daily::DailyView;
+use crate::pages::html::{HtmlTemplate, signed};
+use crate::pages::sections::SectionView;
+use crate::pages::weeks::{StateView, WeekRow, decimals};
+use crate::server::state::AppState;
 
 /// One metric of the drill table: this week, the previous week, the change.
 struct MetricRow {
@@ -315,10 +315,10 @@ fn review_page(
             .collect(),
         seed_q1: format_ratio(w.tokens_per_artifact, 1),
         seed_q1_before: p.map_or("—".to_string(), |p| format_ratio(p.tokens_per_artifact, 1)),
-        weeks: crate::weeks::week_rows(weeks, by_week, Some(&w.iso_week), now),
-        sections: crate::sections::views(sections),
+        weeks: crate::pages::weeks::week_rows(weeks, by_week, Some(&w.iso_week), now),
+        sections: crate::pages::sections::views(sections),
         daily,
-        drill_sql: crate::downloads::drill_sql(&w.iso_week),
+        drill_sql: crate::pages::downloads::drill_sql(&w.iso_week),
         weeks_sql: laneledger_query::metrics::WEEKS_SQL,
     }
 }
@@ -334,7 +334,7 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
         .into_response());
     }
     let (review, sections) = state.session.review_with_sections(None, &state.thresholds).await?;
-    let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
+    let daily = crate::pages::daily::daily(&state.session, &review.week.iso_week).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
     let now = state.session.now_micros();
     Ok(HtmlTemplate(review_page(review, &weeks, &by_week, sections, daily, true, now)).into_response())
@@ -351,7 +351,7 @@ pub(crate) async fn week(
         .review_with_sections(Some(&week), &state.thresholds)
         .await?;
     let weeks = state.session.weeks().await?;
-    let daily = crate::daily::daily(&state.session, &review.week.iso_week).await?;
+    let daily = crate::pages::daily::daily(&state.session, &review.week.iso_week).await?;
     let by_week = state.session.alerts_by_week(&state.thresholds).await?;
     let now = state.session.now_micros();
     Ok(HtmlTemplate(review_page(

@@ -18,8 +18,8 @@ use laneledger_query::export::{self, ExportFormat, parse_bound};
 use laneledger_query::gate_decision::GateDefaults;
 use serde::Deserialize;
 
-use crate::AppState;
 use crate::api_error::ApiError;
+use crate::server::state::AppState;
 
 /// The response header of `GET /v1/export` with the attempts written.
 pub const EXPORT_ROWS_HEADER: &str = "x-laneledger-export-rows";

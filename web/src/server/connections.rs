@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
-use crate::Options;
+use crate::server::state::Options;
 
 /// File descriptors kept back from the connection cap for the ledger file, the listener, the
 /// runtime's own and the standard streams.
@@ -233,7 +233,7 @@ pub(crate) fn panic_answer(panic: Box<dyn std::any::Any + Send + 'static>) -> ax
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".into());
     tracing::error!("a request handler panicked: {what}");
-    crate::ApiError::new(
+    crate::api_error::ApiError::new(
         axum::http::StatusCode::INTERNAL_SERVER_ERROR,
         "the request failed: the server stopped on an internal error while answering it; the details are in \
          the server's log",

@@ -9,9 +9,9 @@ use laneledger_query::format_count;
 use laneledger_query::job_attempt::error_kind_of;
 use laneledger_store::{StoredAttempt, format_timestamp};
 
-use crate::AppState;
 use crate::error::{AppError, Error};
-use crate::html::{HtmlTemplate, or_dash};
+use crate::pages::html::{HtmlTemplate, or_dash};
+use crate::server::state::AppState;
 
 /// One attempt, ready to show.
 struct AttemptRow {
@@ -126,7 +126,7 @@ pub(crate) async fn show(
         .map(|s| s.attempt.tokens_in.unwrap_or(0) + s.attempt.tokens_out.unwrap_or(0))
         .sum();
     let lanes: Vec<&str> = attempts.iter().map(|s| s.attempt.lane.as_str()).collect();
-    let timeline = crate::timeline::timeline(&job_id, &attempts).map_err(Error::from)?;
+    let timeline = crate::pages::timeline::timeline(&job_id, &attempts).map_err(Error::from)?;
     // The job's own week (its first attempt's) holds its attempt audits; the weeks of its gate
     // decisions are added by the query layer.
     let findings = state
@@ -136,7 +136,11 @@ pub(crate) async fn show(
         .into_iter()
         .map(|f| FindingRow {
             title: f.title,
-            href: format!("/weeks/{}#{}", crate::sections::encode_segment(&f.week), f.section),
+            href: format!(
+                "/weeks/{}#{}",
+                crate::pages::sections::encode_segment(&f.week),
+                f.section
+            ),
             week: f.week,
             attempt_no: or_dash(f.attempt_no),
             words: f.words,
@@ -152,7 +156,7 @@ pub(crate) async fn show(
         attempts: attempts.iter().map(AttemptRow::from).collect(),
         findings,
         timeline,
-        sql: crate::downloads::job_sql(&job_id),
+        sql: crate::pages::downloads::job_sql(&job_id),
         job_id,
     }))
 }

@@ -10,10 +10,10 @@ use laneledger_query::{OutputFormat, format_count, format_result};
 use laneledger_store::format_timestamp;
 use serde::Deserialize;
 
-use crate::AppState;
 use crate::error::{AppError, Error};
-use crate::html::HtmlTemplate;
-use crate::html::or_dash;
+use crate::pages::html::HtmlTemplate;
+use crate::pages::html::or_dash;
+use crate::server::state::AppState;
 
 /// The page's query: the view's rows, `ended_at` as µs so it prints like every other time.
 pub(crate) const DUPLICATES_SQL: &str = "SELECT idem_key, artifact_id, job_id, attempt_no, lane, outcome, \

@@ -18,9 +18,9 @@ use laneledger_query::{format_count, retention::RetentionOverview};
 use laneledger_store::retention::RetentionRule;
 use laneledger_store::{format_timestamp, now_micros};
 
-use crate::AppState;
 use crate::error::AppError;
-use crate::html::HtmlTemplate;
+use crate::pages::html::HtmlTemplate;
+use crate::server::state::AppState;
 
 /// The page's clock, µs since the epoch, UTC. Without this extension the page reads the system
 /// clock; tests add `Extension(Clock(t))` to the router to read the page at a fixed time.

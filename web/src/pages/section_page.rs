@@ -13,11 +13,11 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use laneledger_query::sections::MAX_SECTION_ROWS;
 
-use crate::AppState;
 use crate::api_error::ApiError;
 use crate::error::AppError;
-use crate::html::HtmlTemplate;
-use crate::sections::{SectionView, encode_segment};
+use crate::pages::html::HtmlTemplate;
+use crate::pages::sections::{SectionView, encode_segment};
+use crate::server::state::AppState;
 
 /// A link of the pager: its label, its URL, whether it is the page shown.
 struct Link {
@@ -105,7 +105,7 @@ pub(crate) async fn page(
         return Err(AppError::NoRoute(uri.path().to_string()));
     };
     let shown = p.section.rows.len();
-    let mut views = crate::sections::views(vec![p.section]);
+    let mut views = crate::pages::sections::views(vec![p.section]);
     let Some(s) = views.pop() else {
         return Err(AppError::NoRoute(uri.path().to_string()));
     };

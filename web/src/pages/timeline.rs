@@ -9,7 +9,7 @@ use laneledger_store::{StoredAttempt, format_timestamp};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use crate::charts::{
+use crate::pages::charts::{
     ChartError, GRID, INK, MUTED, Mark, annotate, finish, label, lane_colour, nice_max, outcome_colour, text_style,
 };
 
@@ -120,7 +120,7 @@ pub(crate) fn timeline(job_id: &str, attempts: &[StoredAttempt]) -> Result<Strin
                 format_timestamp(t0)
             ))
             .label_style(text_style(12, MUTED, HPos::Center, VPos::Top))
-            .axis_desc_style(crate::charts::font(13).color(&MUTED))
+            .axis_desc_style(crate::pages::charts::font(13).color(&MUTED))
             .bold_line_style(GRID)
             .light_line_style(TRANSPARENT)
             .axis_style(MUTED)

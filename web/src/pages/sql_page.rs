@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use laneledger_query::{TABLES, text_cells};
 use serde::Deserialize;
 
-use crate::AppState;
-use crate::html::HtmlTemplate;
-use crate::read_api::run_sql;
+use crate::api::read_api::run_sql;
+use crate::pages::html::HtmlTemplate;
+use crate::server::state::AppState;
 
 /// Rows shown on the page; the API and the CLI return all of them.
 pub const PAGE_ROWS: usize = 500;

@@ -17,9 +17,9 @@ use laneledger_query::gate_metrics::GATE_WEEKS_SQL;
 use laneledger_query::metrics::WEEKS_SQL;
 use laneledger_query::{OutputFormat, QueryResult, Session, format_result, text_table};
 
-use crate::AppState;
-use crate::duplicates::DUPLICATES_SQL;
 use crate::error::{AppError, Error};
+use crate::pages::duplicates::DUPLICATES_SQL;
+use crate::server::state::AppState;
 
 /// Sections the query layer computes in Rust from several queries: their download is the table
 /// as the page shows it. Every other section's download runs its SQL.
@@ -103,7 +103,7 @@ fn file_response(result: &QueryResult, format: Format, stem: &str) -> Result<Res
 pub(crate) async fn week_table(session: &Session, week: &str, name: &str) -> Result<Option<QueryResult>, Error> {
     let sql = match name {
         "drill" => drill_sql(week),
-        "daily" => crate::daily::daily_sql(week),
+        "daily" => crate::pages::daily::daily_sql(week),
         "weeks" => WEEKS_SQL.to_string(),
         _ => {
             let sections = session.audit_sections(week).await?;

@@ -14,10 +14,10 @@ use laneledger_store::LaneConfig;
 use laneledger_store::record::Outcome;
 use laneledger_store::whatif::DecisionChange;
 
-use crate::AppState;
 use crate::api_error::ApiError;
 use crate::error::AppError;
-use crate::html::HtmlTemplate;
+use crate::pages::html::HtmlTemplate;
+use crate::server::state::AppState;
 
 /// The most attempts a budget may be set to on this page: the default turn bound is 8.
 const MAX_BUDGET: u32 = 20;

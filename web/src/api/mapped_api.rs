@@ -18,10 +18,10 @@ use laneledger_store::mapping::{BUILTIN, InputShape, Mapping, SourceRecord};
 use laneledger_store::parse::Framed;
 use serde_json::Map;
 
-use crate::AppState;
+use crate::api::ingest_api::{Ident, answer, attempt_batch, request_id, too_many_records};
 use crate::api_error::ApiError;
-use crate::body::decompress;
-use crate::ingest_api::{Ident, answer, attempt_batch, request_id, too_many_records};
+use crate::server::body::decompress;
+use crate::server::state::AppState;
 
 /// Whether a query parameter says yes.
 pub(crate) fn yes(query: &HashMap<String, String>, key: &str) -> bool {

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use laneledger_query::{AlertState, Cut, OutputFormat, QueryResult, format_result, review_document};
 use serde::Deserialize;
 
-use crate::AppState;
 use crate::api_error::ApiError;
+use crate::server::state::AppState;
 
 /// `?week=2026-W47` (optional: the latest week with data).
 #[derive(Debug, Deserialize)]
@@ -89,7 +89,7 @@ pub struct SqlFormatParam {
 /// `POST /v1/sql` with `{"sql": "…"}`: the rows as JSON (`{"columns": [{"name", "type"}],
 /// "rows": [{…}], "row_count": n}`), or CSV (RFC 4180, header row) with `Accept: text/csv`; with
 /// `?format=table|csv|json`, the text `laneledger sql --format …` prints.
-/// Read-only: DDL, DML, `COPY` and `SET` are 400; see [`run_sql`] for the limits.
+/// Read-only: DDL, DML, `COPY` and `SET` are 400; see `run_sql` for the limits.
 pub async fn sql(
     State(state): State<AppState>,
     Query(q): Query<SqlFormatParam>,
@@ -433,7 +433,7 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
     out.sample(
         "laneledger_connections_refused_total",
         &[],
-        crate::server::REFUSED_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed),
+        crate::server::connections::REFUSED_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed),
     );
     let week = match p.week {
         Some(w) => w,

@@ -6,7 +6,7 @@
 //! server's body limit. Each span is flattened into the JSON object the built-in `otlp` mapping
 //! reads ([`laneledger_store::mapping::otlp`]; a protobuf request is first turned into its
 //! OTLP/JSON form, so both encodings give the same objects), mapped to attempts (spans that are
-//! not GenAI calls are skipped, not rejected) and written through the [`Writer`](crate::Writer)
+//! not GenAI calls are skipped, not rejected) and written through the [`Writer`](crate::server::writer::Writer)
 //! like `POST /v1/attempts`: the answer comes once the batch is durable.
 //!
 //! The answer is the OTLP/HTTP one: 200 with an `ExportTraceServiceResponse` in the request's
@@ -18,7 +18,7 @@
 //! write queue 503 with `Retry-After`, each with a JSON `Status`.
 //!
 //! Attempt numbers of OTLP spans are derived from the ledger (a retry is a sibling span), so the
-//! map-and-write of one request holds [`AppState::derive_lock`](crate::AppState) until the writer
+//! map-and-write of one request holds [`AppState::derive_lock`](crate::server::state::AppState) until the writer
 //! answers: two exports of one trace cannot both take the same next number.
 
 use std::collections::HashMap;
@@ -41,10 +41,10 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{Map, Value, json};
 
-use crate::AppState;
-use crate::body::{BodyError, decompress};
-use crate::ingest_api::{attempt_batch, request_id};
-use crate::writer::SubmitError;
+use crate::api::ingest_api::{attempt_batch, request_id};
+use crate::server::body::{BodyError, decompress};
+use crate::server::state::AppState;
+use crate::server::writer::SubmitError;
 
 /// The route, for `source` in rejects and conflicts.
 const ROUTE: &str = "POST /v1/traces";
@@ -162,7 +162,7 @@ impl From<SubmitError> for OtlpError {
 
 /// `POST /v1/traces`: OTLP/HTTP traces (protobuf or JSON, gzip or not). `?idem_fallback=1`
 /// allows the `otlp` mapping's declared idempotency-key fallback (the trace id), as the
-/// server-wide option [`Options::otlp_idem_fallback`](crate::Options) does.
+/// server-wide option [`Options::otlp_idem_fallback`](crate::server::state::Options) does.
 pub async fn post_traces(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -181,7 +181,7 @@ pub async fn post_traces(
         };
         return OtlpError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, 3, message).into_response(None);
     };
-    let fallback = state.options.otlp_idem_fallback || crate::mapped_api::yes(&query, "idem_fallback");
+    let fallback = state.options.otlp_idem_fallback || crate::api::mapped_api::yes(&query, "idem_fallback");
     match export(state, enc, fallback, headers, body).await {
         Ok(reply) => {
             let partial = (reply.rejected > 0).then(|| ExportTracePartialSuccess {

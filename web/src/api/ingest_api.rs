@@ -2,7 +2,7 @@
 //!
 //! The body is NDJSON, a JSON array, or CSV (`Content-Type: text/csv`), optionally gzip
 //! (`Content-Encoding: gzip`). Every record is decoded by SPEC 1's rules and offered to the
-//! [`Writer`](crate::writer::Writer), which commits it with SPEC 2's write rules in a group
+//! [`Writer`](crate::server::writer::Writer), which commits it with SPEC 2's write rules in a group
 //! commit. The reply is sent only once the batch is durable, and carries one result per record,
 //! in body order (`accepted`, `completed`, `duplicate`, `conflict` with the differing fields,
 //! `rejected` with field and reason), and the totals. Status 200 when every record was taken or
@@ -22,10 +22,10 @@ use laneledger_store::parse::{AttemptDecoder, Framed, RecordDecoder};
 use laneledger_store::{Counters, Incoming, IncomingDecision, WriteResult, format_timestamp};
 use serde_json::{Map, Value};
 
-use crate::AppState;
 use crate::api_error::ApiError;
-use crate::body::{BodyError, body_format, count_records, decompress, frame_into};
-use crate::writer::{Batch, SubmitError};
+use crate::server::body::{BodyError, body_format, count_records, decompress, frame_into};
+use crate::server::state::AppState;
+use crate::server::writer::{Batch, SubmitError};
 
 /// A record kind that can be posted.
 trait PostKind {
@@ -103,7 +103,7 @@ impl PostKind for Decisions {
 }
 
 /// `POST /v1/attempts`: attempt records (SPEC 1.1); with `?mapping=NAME`, a router's own records
-/// through a built-in mapping ([`crate::mapped_api`]).
+/// through a built-in mapping ([`crate::api::mapped_api`]).
 pub async fn post_attempts(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -111,7 +111,7 @@ pub async fn post_attempts(
     body: Bytes,
 ) -> Response {
     match query.get("mapping") {
-        Some(name) => crate::mapped_api::post(state, name, &query, headers, body)
+        Some(name) => crate::api::mapped_api::post(state, name, &query, headers, body)
             .await
             .into_response(),
         None => post::<Attempts>(state, headers, body).await.into_response(),

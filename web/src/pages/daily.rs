@@ -12,10 +12,10 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 use serde::Deserialize;
 
-use crate::charts::{
+use crate::error::Error;
+use crate::pages::charts::{
     ChartError, GRID, INK, MUTED, Mark, annotate, finish, label, nice_max, outcome_colour, text_style,
 };
-use crate::error::Error;
 
 /// The outcomes a bar is split into, bottom to top: the SQL column suffix, the outcome as stored
 /// (`None`: no outcome yet, an open attempt) and the legend's word.
@@ -183,7 +183,7 @@ fn chart(week: &str, days: &[DayRow]) -> Result<String, ChartError> {
             .y_desc("attempts")
             .y_label_formatter(&|v| format_count(v.round() as i64))
             .label_style(text_style(13, MUTED, HPos::Right, VPos::Center))
-            .axis_desc_style(crate::charts::font(13).color(&MUTED))
+            .axis_desc_style(crate::pages::charts::font(13).color(&MUTED))
             .bold_line_style(GRID)
             .light_line_style(TRANSPARENT)
             .axis_style(MUTED)

@@ -6,11 +6,11 @@ use askama::Template;
 use axum::extract::State;
 use laneledger_query::{AlertCheck, AlertState, WeekMetrics, format_count, format_ratio};
 
-use crate::AppState;
 use crate::error::{AppError, Error};
-use crate::html::HtmlTemplate;
-use crate::review::threshold_text;
-use crate::trends::{TrendView, trend_chart};
+use crate::pages::html::HtmlTemplate;
+use crate::pages::review::threshold_text;
+use crate::pages::trends::{TrendView, trend_chart};
+use crate::server::state::AppState;
 
 /// An alert's state in words and as a CSS class (pass green, ALERT red, no data grey, too few
 /// jobs amber).

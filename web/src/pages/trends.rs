@@ -9,7 +9,9 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use chrono::Datelike;
 
-use crate::charts::{ALERT, ChartError, GRID, INK, MUTED, Mark, PASS, annotate, finish, label, nice_max, text_style};
+use crate::pages::charts::{
+    ALERT, ChartError, GRID, INK, MUTED, Mark, PASS, annotate, finish, label, nice_max, text_style,
+};
 
 /// A value above its threshold from too few jobs to alert (the site's amber).
 const FEW: RGBColor = RGBColor(0x7a, 0x53, 0x00);
