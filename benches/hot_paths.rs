@@ -18,10 +18,10 @@ use std::io::{BufReader, Cursor};
 use std::time::{Duration, Instant};
 
 use laneledger_query::Session;
-use laneledger_query::gate_metrics::GATE_WEEKS_SQL;
-use laneledger_query::job_attempt;
-use laneledger_query::metrics::WEEKS_SQL;
-use laneledger_query::views::{SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
+use laneledger_query::derived::views::{SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
+use laneledger_query::review::gate_metrics::GATE_WEEKS_SQL;
+use laneledger_query::review::metrics::WEEKS_SQL;
+use laneledger_query::tables::job_attempt;
 use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::parse::{attempt_from_csv, attempt_from_json};
 use laneledger_store::record::ATTEMPT_FIELDS;
@@ -295,11 +295,11 @@ fn main() {
     {
         let columns = job_attempt::scan_columns(&ledger, &job_attempt::ROLLUP_COLUMNS).unwrap();
         measure("aggregate: job_rollup materialized (one sorted pass)", n, iters, || {
-            let b = laneledger_query::job_rollup::rollup(&columns).unwrap();
+            let b = laneledger_query::derived::job_rollup::rollup(&columns).unwrap();
             b.iter().map(|b| b.num_rows()).sum::<usize>()
         });
         measure("aggregate: idem_artifacts materialized (hash pass)", n, iters, || {
-            let b = laneledger_query::idem_artifacts::idem_artifacts(&columns).unwrap();
+            let b = laneledger_query::derived::idem_artifacts::idem_artifacts(&columns).unwrap();
             b.iter().map(|b| b.num_rows()).sum::<usize>()
         });
     }

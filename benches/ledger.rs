@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::Instant;
 
 use laneledger_query::Session;
-use laneledger_query::views::{SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
+use laneledger_query::derived::views::{SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
 use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
 

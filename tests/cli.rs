@@ -206,7 +206,7 @@ fn sql_refuses_writes_with_exit_2_and_review_prints_the_drill_table() {
         db,
         "--format",
         "csv",
-        laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT,
+        laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT,
     ]);
     assert_eq!(stdout(&o), "tokens_per_artifact,cross_lane_per_job\r\n1109.8,0.082\r\n");
 

@@ -153,8 +153,8 @@ fn the_seeds_sqlite_ledger_moves_in_one_command_and_answers_the_seeds_queries_as
 
     // The seed's two queries, verbatim, on both engines.
     for (what, q) in [
-        ("q1", laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT),
-        ("q2", laneledger_query::views::SEED_Q2_DUPLICATES),
+        ("q1", laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT),
+        ("q2", laneledger_query::derived::views::SEED_Q2_DUPLICATES),
     ] {
         let sqlite = sqlite_rows(&seed_db, q);
         assert!(!sqlite.is_empty(), "{what}: SQLite gives no row");
@@ -162,7 +162,7 @@ fn the_seeds_sqlite_ledger_moves_in_one_command_and_answers_the_seeds_queries_as
     }
     // q2 is not empty by accident: idem-002 carries three artifacts across two jobs.
     assert_eq!(
-        sqlite_rows(&seed_db, laneledger_query::views::SEED_Q2_DUPLICATES),
+        sqlite_rows(&seed_db, laneledger_query::derived::views::SEED_Q2_DUPLICATES),
         [[Some("idem-002".to_string()), Some("3".to_string())]]
     );
 

@@ -7,7 +7,7 @@
 //! - [`connect`] is the client: a Ballista context with the same `sum`, one `job_attempt` listing
 //!   table over every data folder, the ledger's tables an export writes under `ledger/`
 //!   (`gate_decision`, `week_snapshot`, `retention_sweep`) when the folders hold them, and the
-//!   views created from the very text the embedded session uses ([`laneledger_query::views`]).
+//!   views created from the very text the embedded session uses ([`laneledger_query::derived::views`]).
 //! - [`CHECKS`] and [`differential`] compare the cluster's answers with another engine's, as text.
 
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTable
 use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use laneledger_query::sqlite_sum;
-use laneledger_query::views;
+use laneledger_query::derived::views;
 
 /// Errors of the cluster client and processes.
 #[derive(Debug, thiserror::Error)]
@@ -115,11 +115,11 @@ pub const ATTEMPTS_FILE: &str = "attempts.parquet";
 /// The ledger's tables a Parquet export writes under `DIR/ledger/TABLE/`, with their columns (the
 /// embedded session's).
 pub fn ledger_tables() -> [(&'static str, arrow::datatypes::SchemaRef); 3] {
-    use laneledger_query::{gate_decision, retention};
+    use laneledger_query::tables::{gate_decision, retention_tables};
     [
         ("gate_decision", gate_decision::schema()),
-        ("week_snapshot", retention::week_snapshot_schema()),
-        ("retention_sweep", retention::sweep_schema()),
+        ("week_snapshot", retention_tables::week_snapshot_schema()),
+        ("retention_sweep", retention_tables::sweep_schema()),
     ]
 }
 
@@ -387,7 +387,7 @@ pub async fn register_ledger_tables(ctx: &SessionContext, folders: &[PathBuf]) -
     for (name, schema) in ledger_tables() {
         let dirs: Vec<PathBuf> = exports
             .iter()
-            .map(|f| f.join(laneledger_query::export::LEDGER_DIR).join(name))
+            .map(|f| f.join(laneledger_query::archive::export::LEDGER_DIR).join(name))
             .collect();
         if dirs.is_empty() || !dirs.iter().all(|d| d.is_dir()) {
             continue;

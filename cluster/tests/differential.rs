@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use laneledger_query::Session;
-use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_store::retention::RetentionRule;
 
 /// Jobs in the drill: about 2,000 attempts over 12 days.

@@ -158,13 +158,13 @@ async fn three_processes_answer_as_the_embedded_session_body() {
             data.clone(),
             "--format".into(),
             "csv".into(),
-            laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT.into(),
+            laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT.into(),
         ],
         Duration::from_secs(120),
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let want = session
-        .query(laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT)
+        .query(laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT)
         .await
         .unwrap();
     assert_eq!(

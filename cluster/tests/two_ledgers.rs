@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use laneledger_query::Session;
-use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_store::retention::{DAY_MICROS, RetentionRule};
 
 #[test]

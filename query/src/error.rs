@@ -31,7 +31,7 @@ pub enum Error {
     BadWeek(String),
     /// A retention sweep stopped at a fault-injection step (tests only).
     #[error("sweep aborted after {0:?}")]
-    Aborted(crate::retention::SweepStep),
+    Aborted(SweepStep),
     /// Writing a retention sweep's archive failed; nothing was removed.
     #[error("archiving the sweep: {0}")]
     Archive(String),
@@ -58,6 +58,19 @@ pub enum Error {
         #[source]
         source: ExportWriteError,
     },
+}
+
+/// A step of [`sweep`](crate::archive::retention::sweep) after which a test may stop it, as a kill
+/// would (fault injection). Re-exported by [`crate::archive::retention`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepStep {
+    /// After the plan and the week snapshots were read.
+    Planned,
+    /// While the archive is half written: after its `.partial` folder was filled, before the
+    /// rename.
+    ArchiveWritten,
+    /// After the archive folder got its final name, before the removal transaction.
+    Archived,
 }
 
 /// Why writing one export file failed.

@@ -4,61 +4,62 @@
 //! `ingest_reject`, `gate_decision`, `decision_conflict`, and SPEC 6's `retention_sweep`, `week_snapshot`,
 //! `verify_run`) as Arrow tables read afresh at each query, replaces `SUM` with SQLite's
 //! boolean-summing rule ([`sqlite_sum()`]), materializes seed 000's `job_rollup` view
-//! ([`job_rollup`]), `idem_artifacts` ([`idem_artifacts`]), `job_week` ([`job_week`]) and `week_rollup`
-//! ([`week_rollup`]) once per write, creates the review views ([`views`]), and runs user SQL read-only ([`Session::query`]).
-//! [`metrics`] turns `weekly_metrics` into the weekly review; [`gate_metrics`] turns `gate_weekly`
-//! into seed 003's dwell gate review. [`export`] writes `job_attempt` as Parquet, Arrow IPC or
-//! CSV files partitioned by day (SPEC 8 export; also the retention archive of SPEC 6).
+//! ([`derived::job_rollup`]), `idem_artifacts` ([`derived::idem_artifacts`]), `job_week`
+//! ([`derived::job_week`]) and `week_rollup` ([`derived::week_rollup`]) once per write, creates the
+//! review views ([`derived::views`]), and runs user SQL read-only ([`Session::query`]).
+//! [`review::metrics`] turns `weekly_metrics` into the weekly review; [`review::gate_metrics`] turns
+//! `gate_weekly` into seed 003's dwell gate review. [`archive::export`] writes `job_attempt` as
+//! Parquet, Arrow IPC or CSV files partitioned by day (SPEC 8 export; also the retention archive of
+//! SPEC 6).
+//!
+//! The folders, bottom to top; a file imports only from its own folder and the folders below it
+//! (the crate root's `error.rs` and `words.rs` are the bottom, and `error.rs` imports nothing of
+//! the crate):
+//!
+//! 1. [`error`], [`words`] (files at the root): the one error enum; numbers in words.
+//! 2. [`engine`]: DataFusion runtime pieces that know nothing of the ledger (the SQL threads,
+//!    stopping a plan, bounded string functions, SQLite's `SUM`, planning hints).
+//! 3. [`tables`]: the ledger's tables as DataFusion providers (`job_attempt`, `gate_decision`,
+//!    the conflicts and rejects, SPEC 6's tables).
+//! 4. [`derived`]: tables computed from them (`job_rollup`, `idem_artifacts`, `job_week`,
+//!    `week_rollup`), the views' SQL, the audits.
+//! 5. [`session`]: the [`Session`] that registers everything and runs SQL; result formatting.
+//! 6. [`review`]: the weekly review built on the session (metrics, gate, cost, sections, findings,
+//!    what-if).
+//! 7. [`archive`]: exports and retention sweeps.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), laneledger_query::Error> {
 //! let ledger = laneledger_store::Ledger::open("laneledger.redb")?;
 //! let session = laneledger_query::Session::new(ledger).await?;
-//! let result = session.query(laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT).await?;
+//! let result = session.query(laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT).await?;
 //! print!("{}", laneledger_query::format_result(&result, laneledger_query::OutputFormat::Table)?);
 //! # Ok(()) }
 //! ```
 
-pub mod attempt_conflict;
-pub mod audits;
-pub mod bounded_aggregates;
-pub mod bounded_strings;
-mod cache_lock;
-pub mod cost;
-pub mod decision_conflict;
 pub mod error;
-pub mod executor;
-pub mod export;
-pub mod findings;
-pub mod gate_decision;
-pub mod gate_metrics;
-pub mod hints;
-pub mod idem_artifacts;
-pub mod ingest_reject;
-pub mod job_attempt;
-pub mod job_rollup;
-pub mod job_week;
-pub mod ledger_table;
-pub mod metrics;
-pub mod output;
-pub mod parquet_source;
-pub mod retention;
-pub mod sections;
-pub mod session;
-pub mod sqlite_sum;
-pub mod stop;
-pub mod views;
-pub mod week_rollup;
-pub mod whatif;
 pub mod words;
 
+pub mod engine;
+
+pub mod tables;
+
+pub mod derived;
+
+pub mod session;
+
+pub mod review;
+
+pub mod archive;
+
+pub use archive::export::{ExportFormat, ExportSummary, ExportedFile, ExportedTable};
+pub use engine::executor::Executor;
+pub use engine::sqlite_sum::sqlite_sum;
 pub use error::{Error, ExportWriteError, Result};
-pub use executor::Executor;
-pub use export::{ExportFormat, ExportSummary, ExportedFile, ExportedTable};
-pub use findings::Finding;
-pub use gate_metrics::{GateReview, GateThresholds, GateWeek};
-pub use metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview, format_count, format_ratio};
-pub use output::{OutputFormat, format_result, text_cells, text_table};
-pub use sections::{Group, Section, SectionPage, Summary, review_document, section_text};
+pub use review::findings::Finding;
+pub use review::gate_metrics::{GateReview, GateThresholds, GateWeek};
+pub use review::metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview};
+pub use review::sections::{Group, Section, SectionPage, Summary, review_document, section_text};
+pub use session::output::{OutputFormat, format_result, text_cells, text_table};
 pub use session::{Cut, QueryResult, ResultLimits, Session, TABLES};
-pub use sqlite_sum::sqlite_sum;
+pub use words::{format_count, format_ratio};

@@ -363,7 +363,9 @@ async fn sections_cut_at_100_rows_and_count_them_all() {
     {
         let whole = s.query(&section.sql).await.unwrap();
         assert_eq!(section.total_rows, whole.num_rows(), "{}", section.id);
-        let shown = section.total_rows.min(laneledger_query::sections::MAX_SECTION_ROWS);
+        let shown = section
+            .total_rows
+            .min(laneledger_query::review::sections::MAX_SECTION_ROWS);
         assert_eq!(section.rows.len(), shown, "{}", section.id);
         // The first column of the shown rows, against the whole answer's first rows.
         let (_, cells) = laneledger_query::text_cells(&whole, shown).unwrap();
@@ -416,7 +418,7 @@ fn sorted_lines(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<String
 /// week), and a week without jobs has none.
 #[tokio::test]
 async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
-    use laneledger_query::audits;
+    use laneledger_query::derived::audits;
     let (_d, ledger) = common::ledger_from_drill(20_000, laneledger_store::drill::Policy::NoPin, 5);
     let s = Session::new(ledger.clone()).await.unwrap();
     // (table, rows in 2026-W45, rows in 2026-W46): the whole table's counts, split by week.
@@ -467,7 +469,7 @@ async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
 
     // Built for one week, each audit holds only that week's rows: as many as the whole table has
     // in the week, every one labelled with it.
-    let attempts = laneledger_query::job_attempt::scan_columns(&ledger, &audits::COLUMNS).unwrap();
+    let attempts = laneledger_query::tables::job_attempt::scan_columns(&ledger, &audits::COLUMNS).unwrap();
     let snap = audits::Snapshot::new(&attempts).unwrap();
     let settings = audits::AuditSettings::default();
     for ((table, w45, w46), (name, _, build)) in expected.into_iter().zip(audits::audit_tables()) {

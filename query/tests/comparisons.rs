@@ -2,7 +2,7 @@
 //! empty, not skipped, also across a year boundary), a week in progress is partial at an injected
 //! "now", and a ratio from fewer jobs than `alerts.min_jobs` is shown but does not alert.
 
-use laneledger_query::metrics::{previous_iso_week, week_end_micros, week_is_partial};
+use laneledger_query::review::metrics::{previous_iso_week, week_end_micros, week_is_partial};
 use laneledger_query::{AlertState, Session, Thresholds, review_document};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader, parse_timestamp};
 

@@ -7,7 +7,7 @@ mod common;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use laneledger_query::Session;
-use laneledger_query::audits::iso_week_of;
+use laneledger_query::derived::audits::iso_week_of;
 use laneledger_store::drill::Policy;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, format_timestamp, ingest_decisions_reader, ingest_reader};
 

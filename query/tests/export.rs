@@ -10,11 +10,12 @@ use std::process::Command;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
-use laneledger_query::export::{
+use laneledger_query::archive::export::{
     DEFAULT_FILE_STEM, ExportFormat, ExportSummary, day_of, export, parse_bound, write_attempts, write_attempts_named,
 };
-use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
-use laneledger_query::{Error, OutputFormat, QueryResult, Session, format_result, job_attempt};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::tables::job_attempt;
+use laneledger_query::{Error, OutputFormat, QueryResult, Session, format_result};
 use laneledger_store::retention::RetentionRule;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader};
 
@@ -513,7 +514,7 @@ async fn duckdb_reads_the_parquet_export_and_gives_the_ledgers_job_rollup() {
             "-c",
             DUCKDB_SCRIPT,
             &glob,
-            laneledger_query::views::SEED_JOB_ROLLUP_VIEW,
+            laneledger_query::derived::views::SEED_JOB_ROLLUP_VIEW,
         ])
         .output()
         .unwrap();
@@ -644,7 +645,7 @@ async fn a_parquet_export_also_writes_the_gate_decisions_week_snapshots_and_swee
     assert_eq!(gate.files, expected_files);
     assert_eq!(
         read_file(ExportFormat::Parquet, &gate.files[0])[0].schema(),
-        laneledger_query::gate_decision::schema()
+        laneledger_query::tables::gate_decision::schema()
     );
     assert_eq!(
         sorted_lines(&csv_of_files(&gate.files)),

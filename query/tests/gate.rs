@@ -9,7 +9,7 @@ mod common;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Float64Type;
 use datafusion::assert_batches_sorted_eq;
-use laneledger_query::gate_metrics::FREEZE_ACTION;
+use laneledger_query::review::gate_metrics::FREEZE_ACTION;
 use laneledger_query::{AlertState, Error, GateThresholds, Session};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader};
 

@@ -4,7 +4,7 @@
 mod common;
 
 use laneledger_query::Session;
-use laneledger_query::views::SEED_Q2_DUPLICATES;
+use laneledger_query::derived::views::SEED_Q2_DUPLICATES;
 use laneledger_store::drill::Policy;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
 
@@ -226,8 +226,10 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
         days: 30,
         reconcile_window_s: 900,
     };
-    let opts = laneledger_query::retention::SweepOptions::new(rule);
-    laneledger_query::retention::sweep(&session, now, &opts).await.unwrap();
+    let opts = laneledger_query::archive::retention::SweepOptions::new(rule);
+    laneledger_query::archive::retention::sweep(&session, now, &opts)
+        .await
+        .unwrap();
     let fresh = Session::new(ledger.clone()).await.unwrap();
     assert_eq!(answers(&session).await, answers(&fresh).await, "after the sweep");
     assert!(session.attempt_scans() > scans, "a sweep makes the session scan");
@@ -325,7 +327,7 @@ async fn a_job_id_filter_reads_that_job_only_and_answers_as_a_scan_would() {
 fn the_parallel_scan_returns_every_attempt_in_key_order_across_chunks() {
     // 50,000 jobs give ~71,000 attempts: more than one 65,536-row chunk.
     let (_d, ledger) = common::ledger_from_drill(50_000, Policy::NoPin, 7);
-    let batches = laneledger_query::job_attempt::scan(&ledger).unwrap();
+    let batches = laneledger_query::tables::job_attempt::scan(&ledger).unwrap();
     assert!(batches.len() >= 2, "{} batches", batches.len());
     let total: usize = batches.iter().map(|b| b.num_rows()).sum();
     assert_eq!(total as u64, ledger.attempt_count().unwrap());

@@ -9,7 +9,7 @@ use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 
 use laneledger_query::Session;
-use laneledger_query::retention::{SweepOptions, SweepOutcome, SweepStep, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, SweepStep, sweep};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
 use laneledger_store::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, StoredAttempt, parse_timestamp};

@@ -54,7 +54,7 @@ async fn the_incident_weeks_sections_open_with_exact_counts() {
     let sum = find(&sections, "same_key_retry").summary.clone().unwrap();
     assert_eq!((sum.groups, sum.total_rows), (4, 2));
     assert_eq!(
-        laneledger_query::sections::summary_groups(&sum),
+        laneledger_query::review::sections::summary_groups(&sum),
         ["key_id", "pool_id", "model", "previous_kind"]
     );
 

@@ -216,7 +216,7 @@ async fn a_ratio_without_denominator_is_null_and_an_unknown_week_is_an_error() {
         Err(Error::UnknownWeek(_))
     ));
     let r = s2
-        .query(laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT)
+        .query(laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT)
         .await
         .unwrap();
     let formatted = laneledger_query::format_result(&r, laneledger_query::OutputFormat::Csv).unwrap();

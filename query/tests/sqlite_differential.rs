@@ -8,7 +8,7 @@ mod common;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, TimestampMicrosecondType, UInt64Type};
 use laneledger_query::Session;
-use laneledger_query::views::{
+use laneledger_query::derived::views::{
     JOB_WEEK_VIEW, SEED_JOB_ROLLUP_VIEW, SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES, WEEK_ROLLUP_VIEW,
 };
 use laneledger_store::Ledger;
@@ -119,9 +119,10 @@ fn rows_sqlite(conn: &rusqlite::Connection, sql: &str) -> Vec<Vec<String>> {
 async fn seed_text_context(ledger: &Ledger) -> datafusion::prelude::SessionContext {
     let ctx = datafusion::prelude::SessionContext::new();
     ctx.register_udaf(laneledger_query::sqlite_sum());
-    let batches = laneledger_query::job_attempt::scan(ledger).unwrap();
+    let batches = laneledger_query::tables::job_attempt::scan(ledger).unwrap();
     let table =
-        datafusion::datasource::MemTable::try_new(laneledger_query::job_attempt::schema(), vec![batches]).unwrap();
+        datafusion::datasource::MemTable::try_new(laneledger_query::tables::job_attempt::schema(), vec![batches])
+            .unwrap();
     ctx.register_table("job_attempt", std::sync::Arc::new(table)).unwrap();
     for view in [SEED_JOB_ROLLUP_VIEW, JOB_WEEK_VIEW, WEEK_ROLLUP_VIEW] {
         ctx.sql(view).await.unwrap().collect().await.unwrap();

@@ -7,9 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use datafusion::assert_batches_eq;
 use laneledger_query::Session;
-use laneledger_query::audits::lane_policy::{self, Violation};
-use laneledger_query::audits::{AuditAttempt, AuditSettings};
-use laneledger_query::metrics::AlertState;
+use laneledger_query::derived::audits::lane_policy::{self, Violation};
+use laneledger_query::derived::audits::{AuditAttempt, AuditSettings};
+use laneledger_query::review::metrics::AlertState;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Lane, LaneConfig, Ledger, Outcome, ingest_reader};
 
 static TURN: Mutex<()> = Mutex::new(());

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use laneledger_query::export::{self, ExportFormat, parse_bound};
-use laneledger_query::gate_decision::GateDefaults;
+use laneledger_query::archive::export::{self, ExportFormat, parse_bound};
+use laneledger_query::tables::gate_decision::GateDefaults;
 
 use crate::cli::ExportFormatArg;
 

@@ -296,7 +296,7 @@ fn mapped_records(
 ) -> anyhow::Result<Box<dyn Iterator<Item = std::io::Result<source::Item>>>> {
     let lower = name.to_ascii_lowercase();
     if mapping.input() != InputShape::Otlp && format.is_none() && lower.ends_with(".parquet") {
-        let rows = laneledger_query::parquet_source::parquet_records(Path::new(name), name)
+        let rows = laneledger_query::tables::parquet_source::parquet_records(Path::new(name), name)
             .with_context(|| format!("reading {name} as Parquet"))?;
         return Ok(Box::new(rows));
     }

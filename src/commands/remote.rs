@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use laneledger_query::export::{ExportSummary, ExportedFile, ExportedTable, LEDGER_DIR, LEDGER_TABLES};
+use laneledger_query::archive::export::{ExportSummary, ExportedFile, ExportedTable, LEDGER_DIR, LEDGER_TABLES};
 use laneledger_store::{Counters, InputFormat};
 use serde_json::Value;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use laneledger_query::Session;
-use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_query::words::counted;
 use laneledger_store::retention::{RetentionRule, SweepPlan};
 use laneledger_store::{format_timestamp, now_micros, parse_timestamp};

@@ -3,7 +3,7 @@
 //! the figure, its threshold, the week and a link to the card on the week page.
 //!
 //! [`Notifier::evaluate`] checks the current ISO week and the one before it (each alert of
-//! the query crate's `week_alerts`) against what each webhook was last told, kept in the ledger
+//! [`laneledger_query::review::metrics::week_alerts`]) against what each webhook was last told, kept in the ledger
 //! file ([`laneledger_store::webhook_sent`]) so that a restart posts nothing twice, and posts the
 //! changes. [`Notifier::spawn`] runs it in `serve` on a task of its own: at start, within
 //! [`WebhookOptions::debounce`] of a committed write, every [`WebhookOptions::every`] (a new week
@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use laneledger_query::metrics::alert_decimals;
+use laneledger_query::review::metrics::alert_decimals;
 use laneledger_query::{AlertCheck, AlertState, Session, Thresholds, format_ratio};
 use laneledger_store::config::{AlertSelection, WebhookConfig};
 use laneledger_store::webhook_sent::{self, Sent};
@@ -135,8 +135,8 @@ impl Notifier {
     pub async fn evaluate(&self, now: i64) -> Result<Evaluation> {
         const WEEK: i64 = 7 * 86_400 * 1_000_000;
         let weeks = [
-            laneledger_query::audits::iso_week_of(now.saturating_sub(WEEK)),
-            laneledger_query::audits::iso_week_of(now),
+            laneledger_query::derived::audits::iso_week_of(now.saturating_sub(WEEK)),
+            laneledger_query::derived::audits::iso_week_of(now),
         ];
         let mut reviewed: Vec<(&str, Vec<AlertCheck>)> = Vec::new();
         for week in &weeks {

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use laneledger_query::Session;
-use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_store::retention::RetentionRule;
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, parse_timestamp};
 use laneledger_web::pages::retention::{Clock, spawn_schedule};

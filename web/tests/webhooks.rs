@@ -338,9 +338,9 @@ async fn post_attempts(state: &AppState, ndjson: String) -> StatusCode {
 /// week's label.
 fn this_week() -> (String, String) {
     let now = laneledger_store::now_micros();
-    let week = laneledger_query::audits::iso_week_of(now);
+    let week = laneledger_query::derived::audits::iso_week_of(now);
     // An hour ago, or the week's first second when the week is younger than that.
-    let (y, w) = laneledger_query::metrics::parse_iso_week(&week).unwrap();
+    let (y, w) = laneledger_query::review::metrics::parse_iso_week(&week).unwrap();
     let monday = chrono::NaiveDate::from_isoywd_opt(y, w, chrono::Weekday::Mon).unwrap();
     let monday = monday.and_hms_opt(0, 0, 1).unwrap().and_utc().timestamp_micros();
     let start = (now - 3_600_000_000).max(monday);

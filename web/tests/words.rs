@@ -98,7 +98,7 @@ async fn pages_and_the_review_speak_the_reviewers_language() {
         assert!(!text.contains(word), "review text says {word:?}");
     }
     assert_eq!(
-        file_names("see query/src/metrics.rs, or x.py. Or 3.5 rs"),
-        ["query/src/metrics.rs", "x.py"]
+        file_names("see query/src/review/metrics.rs, or x.py. Or 3.5 rs"),
+        ["query/src/review/metrics.rs", "x.py"]
     );
 }

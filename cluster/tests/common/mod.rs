@@ -51,7 +51,7 @@ pub fn ledger_with(path: &Path, attempts: &[laneledger_store::Attempt]) -> Ledge
 /// Exports `ledger` as Parquet into `out` (`out/day=YYYY-MM-DD/attempts.parquet`, and the
 /// ledger's tables under `out/ledger/`); returns the attempts written.
 pub fn export(ledger: &Ledger, out: &Path) -> u64 {
-    laneledger_query::export::export(ledger, ExportFormat::Parquet, out, None, None)
+    laneledger_query::archive::export::export(ledger, ExportFormat::Parquet, out, None, None)
         .unwrap()
         .rows
 }

@@ -14,8 +14,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::export::{self, ExportFormat, parse_bound};
-use laneledger_query::gate_decision::GateDefaults;
+use laneledger_query::archive::export::{self, ExportFormat, parse_bound};
+use laneledger_query::tables::gate_decision::GateDefaults;
 use serde::Deserialize;
 
 use crate::api_error::ApiError;

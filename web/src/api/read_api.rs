@@ -220,7 +220,10 @@ fn attempts_json(attempts: &[laneledger_store::StoredAttempt]) -> Vec<serde_json
                     "ingested_at".into(),
                     laneledger_store::format_timestamp(s.ingested_at).into(),
                 );
-                let kind = laneledger_query::job_attempt::error_kind_of(s.attempt.http_status, s.attempt.provider_code);
+                let kind = laneledger_query::tables::job_attempt::error_kind_of(
+                    s.attempt.http_status,
+                    s.attempt.provider_code,
+                );
                 m.insert("error_kind".into(), kind.map(|k| k.as_str()).into());
             }
             v
@@ -281,7 +284,7 @@ impl Exposition {
 
 /// The week's spend as gauges (in `prices.currency`, `laneledger_spend_currency`'s label): a
 /// figure with no priced attempt is left out; the attempts by how they were priced always show.
-fn spend_gauges(out: &mut Exposition, spend: &laneledger_query::cost::WeekSpend, week: &str) {
+fn spend_gauges(out: &mut Exposition, spend: &laneledger_query::review::cost::WeekSpend, week: &str) {
     let figures = [
         ("laneledger_spend", "Spend of the ISO week's attempts", spend.spend),
         (
@@ -325,7 +328,7 @@ fn spend_gauges(out: &mut Exposition, spend: &laneledger_query::cost::WeekSpend,
 
 /// `GET /metrics`: Prometheus text format (version 0.0.4). Ingest counters of the ledger (by
 /// write result, SPEC 2) and of this server's writer; and, for the current ISO week (or
-/// `?week=`), every alert of the weekly review ([`laneledger_query::metrics::week_alerts`]: seed
+/// `?week=`), every alert of the weekly review ([`laneledger_query::review::metrics::week_alerts`]: seed
 /// 000's two ratios, one per audit, and seed 003's gate alerts when the week has gate decisions)
 /// as a gauge `laneledger_<metric>` beside its `laneledger_<metric>_threshold`, with
 /// `laneledger_alert{metric=...}` 1 where one fires. `docs/prometheus-alerts.yml` alerts on them.
@@ -437,7 +440,7 @@ pub async fn metrics(State(state): State<AppState>, Query(p): Query<MetricsParam
     );
     let week = match p.week {
         Some(w) => w,
-        None => laneledger_query::audits::iso_week_of(laneledger_store::now_micros()),
+        None => laneledger_query::derived::audits::iso_week_of(laneledger_store::now_micros()),
     };
     match state.session.review(Some(&week), &state.thresholds).await {
         Ok(review) => {

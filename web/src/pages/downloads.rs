@@ -13,8 +13,8 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::gate_metrics::GATE_WEEKS_SQL;
-use laneledger_query::metrics::WEEKS_SQL;
+use laneledger_query::review::gate_metrics::GATE_WEEKS_SQL;
+use laneledger_query::review::metrics::WEEKS_SQL;
 use laneledger_query::{OutputFormat, QueryResult, Session, format_result, text_table};
 
 use crate::error::{AppError, Error};

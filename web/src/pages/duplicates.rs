@@ -149,7 +149,7 @@ pub(crate) async fn list(
 ) -> Result<HtmlTemplate<impl Template>, AppError> {
     let week = params.get("week").filter(|w| !w.is_empty()).cloned();
     if let Some(w) = &week {
-        laneledger_query::metrics::parse_iso_week(w)?;
+        laneledger_query::review::metrics::parse_iso_week(w)?;
     }
     let page = match params.get("page") {
         None => 1,

@@ -6,7 +6,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::{DateTime, Datelike};
 use laneledger_query::format_count;
-use laneledger_query::job_attempt::error_kind_of;
+use laneledger_query::tables::job_attempt::error_kind_of;
 use laneledger_store::{StoredAttempt, format_timestamp};
 
 use crate::error::{AppError, Error};

@@ -10,11 +10,12 @@ use std::time::Duration;
 use askama::Template;
 use axum::Extension;
 use axum::extract::State;
-use laneledger_query::retention::{
+use laneledger_query::archive::retention::RetentionOverview;
+use laneledger_query::archive::retention::{
     LAST_VERIFY_SQL, OLDEST_SQL, ROWS_PER_DAY_SQL, SWEEPS_SQL, SweepOptions, SweepOutcome, format_optional_timestamp,
     overview, sweep,
 };
-use laneledger_query::{format_count, retention::RetentionOverview};
+use laneledger_query::format_count;
 use laneledger_store::retention::RetentionRule;
 use laneledger_store::{format_timestamp, now_micros};
 

@@ -189,7 +189,7 @@ fn drill_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
 /// The definition names what the figure leaves out (unpriced attempts), so that a partial bill is
 /// never read as the whole one.
 fn spend_rows(w: &WeekMetrics, p: Option<&WeekMetrics>) -> Vec<MetricRow> {
-    type Figure = fn(&laneledger_query::cost::WeekSpend) -> Option<f64>;
+    type Figure = fn(&laneledger_query::review::cost::WeekSpend) -> Option<f64>;
     let basis = w.spend.as_ref().map_or_else(
         || "no spend kept for this week (a retention sweep removed some of its attempts)".to_string(),
         |s| s.basis(),
@@ -280,7 +280,7 @@ fn review_page(
         previous: p.map(|p| p.iso_week.clone()),
         previous_week: review.previous_week.clone(),
         partial: review.partial,
-        week_end: laneledger_query::metrics::week_end_micros(&w.iso_week)
+        week_end: laneledger_query::review::metrics::week_end_micros(&w.iso_week)
             .map(|end| laneledger_store::format_timestamp(end)[..10].to_string())
             .unwrap_or_default(),
         rows: drill_rows(w, p),
@@ -319,7 +319,7 @@ fn review_page(
         sections: crate::pages::sections::views(sections),
         daily,
         drill_sql: crate::pages::downloads::drill_sql(&w.iso_week),
-        weeks_sql: laneledger_query::metrics::WEEKS_SQL,
+        weeks_sql: laneledger_query::review::metrics::WEEKS_SQL,
     }
 }
 

@@ -11,7 +11,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use laneledger_query::sections::MAX_SECTION_ROWS;
+use laneledger_query::review::sections::MAX_SECTION_ROWS;
 
 use crate::api_error::ApiError;
 use crate::error::AppError;

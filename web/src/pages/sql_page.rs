@@ -129,7 +129,7 @@ pub async fn page(State(state): State<AppState>, Query(p): Query<SqlParams>) -> 
         nav: "sql",
         title: "SQL".into(),
         sql: if sql.is_empty() {
-            laneledger_query::views::SEED_Q1_TOKENS_PER_ARTIFACT.to_string()
+            laneledger_query::derived::views::SEED_Q1_TOKENS_PER_ARTIFACT.to_string()
         } else {
             sql
         },

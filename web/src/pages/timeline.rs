@@ -4,7 +4,7 @@
 //! status and provider code) written beside it. The gaps between bars are the job's waits: a
 //! cooldown, a key's rest, the router's backoff.
 
-use laneledger_query::job_attempt::error_kind_of;
+use laneledger_query::tables::job_attempt::error_kind_of;
 use laneledger_store::{StoredAttempt, format_timestamp};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

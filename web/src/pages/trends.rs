@@ -51,7 +51,7 @@ const WEEK_MICROS: i64 = 7 * 86_400_000_000;
 /// The number of an ISO week label counted from the week of Monday 1970-01-05 (consecutive weeks
 /// differ by 1), so that the chart spaces weeks by time.
 fn week_number(label: &str) -> Result<i64, ChartError> {
-    let end = laneledger_query::metrics::week_end_micros(label)
+    let end = laneledger_query::review::metrics::week_end_micros(label)
         .map_err(|e| ChartError::Draw(format!("week {label:?}: {e}")))?;
     // 1970-01-01 was a Thursday: Mondays fall 4 days past a multiple of 7 days.
     Ok((end - 4 * 86_400_000_000).div_euclid(WEEK_MICROS) - 1)

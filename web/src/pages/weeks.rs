@@ -46,7 +46,7 @@ impl From<AlertState> for StateView {
 
 /// Decimals shown for a ratio metric, as `laneledger review` shows them.
 pub(crate) fn decimals(metric: &str) -> usize {
-    laneledger_query::metrics::alert_decimals(metric)
+    laneledger_query::review::metrics::alert_decimals(metric)
 }
 
 /// One line of a weeks table.
@@ -73,7 +73,7 @@ pub(crate) struct WeekRow {
 }
 
 impl WeekRow {
-    /// The row for `m`, with the week's `alerts` (every one, [`laneledger_query::metrics::week_alerts`]);
+    /// The row for `m`, with the week's `alerts` (every one, [`laneledger_query::review::metrics::week_alerts`]);
     /// `now` (µs) tells whether the week is still in progress.
     pub(crate) fn new(m: &WeekMetrics, alerts: &[AlertCheck], current: bool, now: i64) -> Self {
         let state_of = |metric: &str| {
@@ -103,7 +103,7 @@ impl WeekRow {
                 .collect(),
             checked: alerts.len(),
             current,
-            partial: laneledger_query::metrics::week_is_partial(&m.iso_week, now),
+            partial: laneledger_query::review::metrics::week_is_partial(&m.iso_week, now),
         }
     }
 }
@@ -243,6 +243,6 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<i
         title: "Weeks",
         weeks: rows,
         trends,
-        weeks_sql: laneledger_query::metrics::WEEKS_SQL,
+        weeks_sql: laneledger_query::review::metrics::WEEKS_SQL,
     }))
 }

@@ -9,7 +9,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use laneledger_query::whatif::{SettingChange, WhatIf, WhatIfRow, gate_rows};
+use laneledger_query::review::whatif::{SettingChange, WhatIf, WhatIfRow, gate_rows};
 use laneledger_store::LaneConfig;
 use laneledger_store::record::Outcome;
 use laneledger_store::whatif::DecisionChange;
@@ -248,7 +248,7 @@ pub(crate) async fn page(
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Response, AppError> {
     let Path(week) = week?;
-    laneledger_query::metrics::parse_iso_week(&week)?;
+    laneledger_query::review::metrics::parse_iso_week(&week)?;
     let base = state.session.config().clone();
     let json_link = format!("/v1/whatif?week={}{}", urlencoding_strict(&week), query_string(&params));
     let mut page = WhatIfPage {

@@ -1,0 +1,494 @@
+//! Policy audits (SPEC 5.1, 5.2): what a review meeting asks of the routers. Each audit is a
+//! table computed from a fresh ledger snapshot at every query, so reviewers can slice it in SQL;
+//! every row carries the `iso_week` of its job (the week of the job's first attempt, SPEC 4).
+//!
+//! | table | rule |
+//! |---|---|
+//! | `lane_policy_violation` | seed 000 `next_lane`, replayed over each job's attempts |
+//! | `duplicate_reconciliation` | seed 000 `late_completion_window_s`: a later artifact's gap |
+//! | `same_key_retry` | seed 002 `next_free`: the next attempt never goes to the key that just failed |
+//! | `key_rest_violation` | seed 002 `cooldown_seconds`, `key_closes`: a key used inside its rest or break |
+//! | `pool_overload_episode` | seed 002 `pool_overloaded`: ≥ N distinct keys of a pool answered 1305 in a window |
+//! | `attempt_bound_exceeded` | seed 002 `MAX_ATTEMPTS_PER_TURN` |
+//! | `outcome_mismatch` | the router's outcome against seed 002 `error_kind` |
+//! | `refusal_by_kind`, `refusal_by_code`, `free_lane_bet` | SQL views, see [`views`] |
+//! | `data_quality` | odd records: attempt number gaps, artifacts reported twice, cut streams, impossible times, conflicts, rejects, fallback keys ([`data_quality`]) |
+
+pub mod data_quality;
+pub mod lane_policy;
+pub mod reconcile;
+pub mod refusals;
+mod rows;
+pub mod views;
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{Int64Type, SchemaRef, TimestampMicrosecondType};
+use datafusion::execution::context::SessionContext;
+use laneledger_store::{Lane, Ledger, Outcome};
+
+pub use crate::derived::job_week::iso_week_of;
+use crate::error::Result;
+use crate::tables::job_attempt::{self, AttemptCache};
+use crate::tables::ledger_table::{LedgerTable, ReadFn, WeekReadFn};
+
+/// The lane.yaml settings the audits use, with the seeds' values as defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditSettings {
+    /// `lanes.free.max_attempts`: free attempts before a job is pinned (seed 000: 2).
+    pub max_free_attempts: u32,
+    /// `lanes.free.pin_on`: outcomes that pin a job to paid (seed 000: ambiguous, permanent).
+    pub pin_on: Vec<String>,
+    /// `reconcile.late_completion_window_s`: seconds (seed 000: 900).
+    pub late_completion_window_s: f64,
+    /// `keys.cooldown_base_s`: seconds (seed 002: 15).
+    pub cooldown_base_s: u32,
+    /// `keys.cooldown_cap_s`: seconds (seed 002: 240).
+    pub cooldown_cap_s: u32,
+    /// `keys.key_break_s`: seconds (seed 002: 1800).
+    pub key_break_s: u32,
+    /// `keys.pool_overload_keys`: distinct keys (seed 002: 3).
+    pub pool_overload_keys: u32,
+    /// `keys.overload_window_s`: seconds (seed 002: 60).
+    pub overload_window_s: u32,
+    /// `keys.max_attempts_per_turn`: attempts (seed 002: 8).
+    pub max_attempts_per_turn: u32,
+    /// `lanes.tiers`, when lane.yaml names its own tiers: the replay walks them in order instead
+    /// of free (`max_free_attempts`, `pin_on`) then paid.
+    pub tiers: Option<Vec<lane_policy::Tier>>,
+    /// `lanes.audit`: false turns the lane policy replay off (no rows, no alert).
+    pub lane_audit: bool,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        use laneledger_store::policy::{lane, refusal};
+        AuditSettings {
+            max_free_attempts: lane::MAX_FREE_ATTEMPTS,
+            pin_on: lane::PIN_ON.iter().map(|s| s.to_string()).collect(),
+            late_completion_window_s: 900.0,
+            cooldown_base_s: refusal::COOL_BASE_SECONDS,
+            cooldown_cap_s: refusal::COOL_CAP_SECONDS,
+            key_break_s: refusal::KEY_BREAK_SECONDS,
+            pool_overload_keys: refusal::POOL_OVERLOAD_KEYS,
+            overload_window_s: refusal::OVERLOAD_WINDOW_SECONDS,
+            max_attempts_per_turn: refusal::MAX_ATTEMPTS_PER_TURN,
+            tiers: None,
+            lane_audit: true,
+        }
+    }
+}
+
+impl From<&laneledger_store::LaneConfig> for AuditSettings {
+    /// The audit settings of a lane.yaml.
+    fn from(c: &laneledger_store::LaneConfig) -> Self {
+        AuditSettings {
+            max_free_attempts: c.lanes.free.max_attempts,
+            pin_on: c.lanes.free.pin_on.iter().map(|o| o.as_str().to_string()).collect(),
+            late_completion_window_s: f64::from(c.reconcile.late_completion_window_s),
+            cooldown_base_s: c.keys.cooldown_base_s,
+            cooldown_cap_s: c.keys.cooldown_cap_s,
+            key_break_s: c.keys.key_break_s,
+            pool_overload_keys: c.keys.pool_overload_keys,
+            overload_window_s: c.keys.overload_window_s,
+            max_attempts_per_turn: c.keys.max_attempts_per_turn,
+            tiers: c.lanes.tiers.as_ref().map(|tiers| {
+                tiers
+                    .iter()
+                    .map(|t| lane_policy::Tier {
+                        name: t.name.clone(),
+                        max_attempts: t.max_attempts,
+                        pin_on: t.pin_on.iter().map(|o| o.as_str().to_string()).collect(),
+                    })
+                    .collect()
+            }),
+            lane_audit: c.lanes.audit,
+        }
+    }
+}
+
+/// The `job_attempt` columns the audits read: job_id, idem_key, attempt_no, lane, started_at,
+/// ended_at, outcome, artifact_id, http_status, provider_code, key_id, pool_id.
+pub const COLUMNS: [usize; 12] = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13];
+
+/// One attempt as the audits read it, borrowed from a [`Snapshot`]'s Arrow columns. Times are µs
+/// since the epoch, UTC.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditAttempt<'a> {
+    /// Its row in the snapshot, (job_id, attempt_no) order: its identity.
+    pub row: usize,
+    /// `job_id`.
+    pub job_id: &'a str,
+    /// `idem_key`.
+    pub idem_key: &'a str,
+    /// `attempt_no` (from 1).
+    pub attempt_no: u32,
+    /// `lane`.
+    pub lane: Lane,
+    /// `started_at`, µs.
+    pub started_at: i64,
+    /// `ended_at`, µs.
+    pub ended_at: Option<i64>,
+    /// `outcome`.
+    pub outcome: Option<Outcome>,
+    /// `artifact_id`.
+    pub artifact_id: Option<&'a str>,
+    /// `http_status`.
+    pub http_status: Option<u16>,
+    /// `provider_code`.
+    pub provider_code: Option<u32>,
+    /// `key_id`.
+    pub key_id: Option<&'a str>,
+    /// `pool_id`.
+    pub pool_id: Option<&'a str>,
+}
+
+/// The text at `i`, or `None` where it is null.
+fn text(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+/// One batch's audit columns, downcast once.
+struct Columns {
+    job_id: StringArray,
+    idem_key: StringArray,
+    attempt_no: Int64Array,
+    lane: StringArray,
+    started_at: TimestampMicrosecondArray,
+    ended_at: TimestampMicrosecondArray,
+    outcome: StringArray,
+    artifact_id: StringArray,
+    http_status: Int64Array,
+    provider_code: Int64Array,
+    key_id: StringArray,
+    pool_id: StringArray,
+}
+
+impl Columns {
+    fn of(batch: &RecordBatch) -> Result<Self> {
+        let c = |name: &str| job_attempt::column(batch, name);
+        Ok(Columns {
+            job_id: c("job_id")?.as_string::<i32>().clone(),
+            idem_key: c("idem_key")?.as_string::<i32>().clone(),
+            attempt_no: c("attempt_no")?.as_primitive::<Int64Type>().clone(),
+            lane: c("lane")?.as_string::<i32>().clone(),
+            started_at: c("started_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
+            ended_at: c("ended_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
+            outcome: c("outcome")?.as_string::<i32>().clone(),
+            artifact_id: c("artifact_id")?.as_string::<i32>().clone(),
+            http_status: c("http_status")?.as_primitive::<Int64Type>().clone(),
+            provider_code: c("provider_code")?.as_primitive::<Int64Type>().clone(),
+            key_id: c("key_id")?.as_string::<i32>().clone(),
+            pool_id: c("pool_id")?.as_string::<i32>().clone(),
+        })
+    }
+
+    /// Rows in this batch.
+    fn len(&self) -> usize {
+        self.job_id.len()
+    }
+
+    /// When the answer of the attempt at `i` arrived: `ended_at`, else `started_at` (µs).
+    fn end(&self, i: usize) -> i64 {
+        if self.ended_at.is_valid(i) {
+            self.ended_at.value(i)
+        } else {
+            self.started_at.value(i)
+        }
+    }
+
+    /// `http_status` of the attempt at `i`.
+    fn http_status(&self, i: usize) -> Option<u16> {
+        self.http_status.is_valid(i).then(|| self.http_status.value(i) as u16)
+    }
+
+    /// `provider_code` of the attempt at `i`.
+    fn provider_code(&self, i: usize) -> Option<u32> {
+        self.provider_code
+            .is_valid(i)
+            .then(|| self.provider_code.value(i) as u32)
+    }
+
+    /// seed 002 `error_kind` of the attempt at `i` ([`job_attempt::error_kind_of`]).
+    fn kind(&self, i: usize) -> Option<laneledger_store::policy::refusal::ErrorKind> {
+        job_attempt::error_kind_of(self.http_status(i), self.provider_code(i))
+    }
+
+    fn get(&self, i: usize, row: usize) -> AuditAttempt<'_> {
+        AuditAttempt {
+            row,
+            job_id: self.job_id.value(i),
+            idem_key: self.idem_key.value(i),
+            attempt_no: self.attempt_no.value(i) as u32,
+            lane: laneledger_store::lanes::intern(self.lane.value(i)),
+            started_at: self.started_at.value(i),
+            ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
+            outcome: text(&self.outcome, i).and_then(Outcome::parse),
+            artifact_id: text(&self.artifact_id, i),
+            http_status: self.http_status(i),
+            provider_code: self.provider_code(i),
+            key_id: text(&self.key_id, i),
+            pool_id: text(&self.pool_id, i),
+        }
+    }
+}
+
+/// Every attempt of the ledger in (job_id, attempt_no) order, with each job's ISO week: the
+/// [`COLUMNS`] of `job_attempt`'s cached Arrow batches (shared with the SQL tables, not copied),
+/// read row by row as [`AuditAttempt`]s.
+pub struct Snapshot {
+    batches: Vec<Columns>,
+    /// The first row of each batch, then the row count.
+    starts: Vec<usize>,
+    /// The first row of each job, then the row count.
+    job_starts: Vec<usize>,
+    /// Each row's job's week, an index into `weeks`.
+    row_week: Vec<u32>,
+    /// ISO week labels (`2026-W47`).
+    weeks: Vec<String>,
+}
+
+impl Snapshot {
+    /// The snapshot of `attempts`: `job_attempt` batches in (job_id, attempt_no) order with at
+    /// least [`COLUMNS`]. Errors: a batch without them ([`crate::Error::Internal`]).
+    pub fn new(attempts: &[RecordBatch]) -> Result<Self> {
+        let batches = attempts.iter().map(Columns::of).collect::<Result<Vec<_>>>()?;
+        let mut starts = Vec::with_capacity(batches.len() + 1);
+        let mut rows = 0;
+        for b in &batches {
+            starts.push(rows);
+            rows += b.job_id.len();
+        }
+        starts.push(rows);
+        let jobs = crate::derived::job_week::first_starts(attempts)?;
+        let mut job_starts = Vec::with_capacity(jobs.len() + 1);
+        let mut row_week = Vec::with_capacity(rows);
+        let (mut weeks, mut cache) = (Vec::<String>::new(), crate::derived::job_week::WeekCache::default());
+        let mut row = 0;
+        for job in &jobs {
+            let label = &cache.week(job.first_start).label;
+            let w = match weeks.iter().rposition(|l| l == label) {
+                Some(w) => w,
+                None => {
+                    weeks.push(label.clone());
+                    weeks.len() - 1
+                }
+            };
+            job_starts.push(row);
+            row_week.extend(std::iter::repeat_n(w as u32, job.attempts));
+            row += job.attempts;
+        }
+        job_starts.push(row);
+        Ok(Snapshot {
+            batches,
+            starts,
+            job_starts,
+            row_week,
+            weeks,
+        })
+    }
+
+    /// The attempt at `row` (a row of this snapshot).
+    pub fn get(&self, row: usize) -> AuditAttempt<'_> {
+        let b = self.starts.partition_point(|&s| s <= row) - 1;
+        self.batches[b].get(row - self.starts[b], row)
+    }
+
+    /// Each batch's columns with the snapshot row of its first attempt, in order: for the audits
+    /// that read a few columns of every attempt, without building a whole [`AuditAttempt`] each.
+    fn chunks(&self) -> impl Iterator<Item = (usize, &Columns)> {
+        self.starts.iter().copied().zip(&self.batches)
+    }
+
+    /// Every attempt, in (job_id, attempt_no) order.
+    pub fn iter(&self) -> impl Iterator<Item = AuditAttempt<'_>> {
+        self.batches
+            .iter()
+            .zip(&self.starts)
+            .flat_map(|(b, &start)| (0..b.job_id.len()).map(move |i| b.get(i, start + i)))
+    }
+
+    /// The ISO week (`2026-W47`) of the job of the attempt at `row`.
+    pub fn week(&self, row: usize) -> &str {
+        &self.weeks[self.row_week[row] as usize]
+    }
+
+    /// The rows an audit reports: every row when `week` is `None`, else the rows of the jobs
+    /// whose ISO week (`2026-W47`, the week of the job's first attempt) is `week`.
+    pub fn rows_in(&self, week: Option<&str>) -> WeekRows<'_> {
+        WeekRows {
+            row_week: &self.row_week,
+            week: week.map(|w| self.weeks.iter().position(|l| l == w).map(|i| i as u32)),
+        }
+    }
+
+    /// Calls `f` with each job's attempts, in attempt_no order (jobs in job_id order): every
+    /// job when `week` is `None`, else only the jobs of that ISO week.
+    pub fn for_each_job<'s>(&'s self, week: Option<&str>, mut f: impl FnMut(&[AuditAttempt<'s>])) {
+        let mut job: Vec<AuditAttempt<'s>> = Vec::new();
+        if week.is_some() {
+            let rows = self.rows_in(week);
+            for j in self.job_starts.windows(2) {
+                if rows.keeps(j[0]) {
+                    job.clear();
+                    job.extend((j[0]..j[1]).map(|row| self.get(row)));
+                    f(&job);
+                }
+            }
+            return;
+        }
+        let mut ends = self.job_starts.iter().skip(1);
+        let mut end = ends.next().copied().unwrap_or(0);
+        for a in self.iter() {
+            if a.row == end {
+                f(&job);
+                job.clear();
+                end = ends.next().copied().unwrap_or(0);
+            }
+            job.push(a);
+        }
+        if !job.is_empty() {
+            f(&job);
+        }
+    }
+}
+
+/// Which rows of a [`Snapshot`] an audit reports ([`Snapshot::rows_in`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WeekRows<'s> {
+    row_week: &'s [u32],
+    /// `None`: every row; `Some(None)`: none (no job in the week); `Some(Some(w))`: week `w`'s.
+    week: Option<Option<u32>>,
+}
+
+impl WeekRows<'_> {
+    /// Whether the attempt at `row` is reported.
+    pub fn keeps(&self, row: usize) -> bool {
+        match self.week {
+            None => true,
+            Some(w) => w == Some(self.row_week[row]),
+        }
+    }
+}
+
+/// The last snapshot read, under the ledger write generation it was read at.
+type SharedSnapshot = Mutex<Option<(u64, Arc<Snapshot>)>>;
+
+/// Builds one audit table from a snapshot: every week's rows, or (`Some(week)`) one ISO week's.
+type AuditFn = fn(&Snapshot, &AuditSettings, Option<&str>) -> Result<RecordBatch>;
+
+/// The audit tables: (name, schema, builder).
+pub fn audit_tables() -> Vec<(&'static str, SchemaRef, AuditFn)> {
+    vec![
+        ("lane_policy_violation", lane_policy::schema(), lane_policy::build),
+        ("duplicate_reconciliation", reconcile::schema(), reconcile::build),
+        (
+            "same_key_retry",
+            refusals::same_key_retry_schema(),
+            refusals::same_key_retry,
+        ),
+        (
+            "key_rest_violation",
+            refusals::key_rest_schema(),
+            refusals::key_rest_violation,
+        ),
+        (
+            "pool_overload_episode",
+            refusals::overload_schema(),
+            refusals::pool_overload_episode,
+        ),
+        (
+            "attempt_bound_exceeded",
+            refusals::bound_schema(),
+            refusals::attempt_bound_exceeded,
+        ),
+        (
+            "outcome_mismatch",
+            refusals::mismatch_schema(),
+            refusals::outcome_mismatch,
+        ),
+    ]
+}
+
+/// Creates the SQL audit views of [`views`]; call after the core views exist.
+pub async fn create_views(ctx: &SessionContext) -> Result<()> {
+    for (_, sql) in views::AUDIT_VIEWS {
+        ctx.sql(sql).await?.collect().await?;
+    }
+    Ok(())
+}
+
+/// Registers every audit table in `ctx`, each built from `attempts` (the session's cached
+/// `job_attempt` columns) afresh after every write.
+///
+/// The tables share one [`Snapshot`] per ledger write generation, so the rows are walked into
+/// jobs and weeks once for all of them, not once per table. A query that fixes `iso_week` to one
+/// value (as every review section does) builds only that week's rows.
+pub fn register(
+    ctx: &SessionContext,
+    ledger: &Ledger,
+    attempts: &Arc<AttemptCache>,
+    settings: &AuditSettings,
+) -> Result<()> {
+    let shared: Arc<SharedSnapshot> = Arc::default();
+    for (name, schema, build) in audit_tables() {
+        let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
+        let (week_settings, week_shared, week_attempts) = (settings.clone(), shared.clone(), attempts.clone());
+        let read: ReadFn = Arc::new(move |l: &Ledger| {
+            let snap = snapshot(l, &attempts, &shared)?;
+            in_chunks(build(&snap, &settings, None)?)
+        });
+        // The review asks each audit for one week: only that week's rows are built.
+        let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| {
+            let snap = snapshot(l, &week_attempts, &week_shared)?;
+            in_chunks(build(&snap, &week_settings, Some(week))?)
+        });
+        let table = LedgerTable::new(schema, ledger.clone(), read).with_week_read(week_read);
+        ctx.register_table(name, Arc::new(table))?;
+    }
+    // data_quality also reads the conflicts and rejects the ledger keeps.
+    let (all_attempts, week_attempts) = (attempts.clone(), attempts.clone());
+    let read: ReadFn = Arc::new(move |l: &Ledger| in_chunks(data_quality::read(l, &all_attempts, None)?));
+    let week_read: WeekReadFn =
+        Arc::new(move |l: &Ledger, week: &str| in_chunks(data_quality::read(l, &week_attempts, Some(week))?));
+    let table = LedgerTable::new(data_quality::schema(), ledger.clone(), read).with_week_read(week_read);
+    ctx.register_table(data_quality::TABLE, Arc::new(table))?;
+    Ok(())
+}
+
+/// `batch` as batches of at most [`job_attempt::BATCH_ROWS`] rows, each with buffers of its own.
+///
+/// A busy week can flag millions of key uses; handed to DataFusion as one batch, the operators
+/// account its whole buffers for every slice they pass on and the query runs out of memory.
+fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+    if batch.num_rows() <= job_attempt::BATCH_ROWS {
+        return Ok(vec![batch]);
+    }
+    let schema = batch.schema();
+    (0..batch.num_rows())
+        .step_by(job_attempt::BATCH_ROWS)
+        .map(|at| {
+            let slice = batch.slice(at, job_attempt::BATCH_ROWS.min(batch.num_rows() - at));
+            Ok(datafusion::arrow::compute::concat_batches(&schema, [&slice])
+                .map_err(datafusion::error::DataFusionError::from)?)
+        })
+        .collect()
+}
+
+/// The snapshot of `ledger` at its current write generation, built once and shared: a table
+/// asking while another builds it waits for that build instead of making its own.
+fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
+    let mut guard = crate::engine::cache_lock::lock_or_reset(shared, || None);
+    // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
+    // snapshot is never labelled newer than its rows.
+    let generation = ledger.generation();
+    if let Some((g, snap)) = guard.as_ref()
+        && *g == generation
+    {
+        return Ok(snap.clone());
+    }
+    let snap = Arc::new(Snapshot::new(&attempts.columns(&COLUMNS)?)?);
+    *guard = Some((generation, snap.clone()));
+    Ok(snap)
+}

@@ -1,0 +1,153 @@
+//! `duplicate_reconciliation` (SPEC 5.1, seed 000 "Reconcile the last 900s"): each later artifact
+//! of an idem_key, split by the gap between the first artifact's `ended_at` and its own against
+//! `late_completion_window_s`: inside it the duplicate was **reconcilable**; after it the
+//! **window was too short**.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{HashMap, HashSet};
+
+use super::rows::{float, int, text, ts};
+use super::{AuditSettings, Snapshot};
+use crate::error::Result;
+use crate::tables::job_attempt::timestamp_type;
+
+/// iso_week, idem_key, artifact_id, job_id, attempt_no, ended_at, first_artifact_id,
+/// first_ended_at, gap_s (seconds), window_s (seconds), class (`reconcilable` |
+/// `window too short` | `open`: no ended_at to compare).
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("iso_week", DataType::Utf8, false),
+        Field::new("idem_key", DataType::Utf8, false),
+        Field::new("artifact_id", DataType::Utf8, false),
+        Field::new("job_id", DataType::Utf8, false),
+        Field::new("attempt_no", DataType::Int64, false),
+        Field::new("ended_at", timestamp_type(), true),
+        Field::new("first_artifact_id", DataType::Utf8, false),
+        Field::new("first_ended_at", timestamp_type(), true),
+        Field::new("gap_s", DataType::Float64, true),
+        Field::new("window_s", DataType::Float64, false),
+        Field::new("class", DataType::Utf8, false),
+    ]))
+}
+
+/// One artifact's first appearance: (ended_at, job_id, attempt_no, row).
+type Landing<'a> = (Option<i64>, &'a str, u32, usize);
+
+/// The rows of `duplicate_reconciliation`: every week's, or (`week`) those whose later artifact
+/// first landed in one of that ISO week's jobs (measured against the idem_key's first artifact,
+/// whatever its week).
+pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let reported = snap.rows_in(week);
+    // For one week, only the idem_keys with an artifact in that week's jobs can have rows.
+    let wanted: Option<HashSet<&str>> = week.map(|_| {
+        let mut keys = HashSet::default();
+        snap.for_each_job(week, |job| {
+            keys.extend(job.iter().filter(|a| a.artifact_id.is_some()).map(|a| a.idem_key))
+        });
+        keys
+    });
+    let wanted = |key: &str| wanted.as_ref().is_none_or(|w| w.contains(key));
+    // The idem_keys with two distinct artifacts or more: only theirs are kept below.
+    let mut first: HashMap<&str, &str> = HashMap::default();
+    let mut duplicated: HashSet<&str> = HashSet::default();
+    for (_, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let Some(art) = super::text(&c.artifact_id, i) else {
+                continue;
+            };
+            let key = c.idem_key.value(i);
+            if !wanted(key) {
+                continue;
+            }
+            if *first.entry(key).or_insert(art) != art {
+                duplicated.insert(key);
+            }
+        }
+    }
+    drop(first);
+    // idem_key → artifact_id → its earliest landing.
+    let mut keys: BTreeMap<&str, BTreeMap<&str, Landing>> = BTreeMap::new();
+    for (start, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let Some(art) = super::text(&c.artifact_id, i) else {
+                continue;
+            };
+            let key = c.idem_key.value(i);
+            if !duplicated.contains(key) {
+                continue;
+            }
+            let a = c.get(i, start + i);
+            let landing = (a.ended_at, a.job_id, a.attempt_no, a.row);
+            let e = keys.entry(key).or_default().entry(art).or_insert(landing);
+            let earlier = match (a.ended_at, e.0) {
+                (Some(new), Some(old)) => new < old,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            if earlier {
+                *e = landing;
+            }
+        }
+    }
+    struct Row<'a> {
+        week: &'a str,
+        key: &'a str,
+        art: &'a str,
+        land: Landing<'a>,
+        first: &'a str,
+        first_end: Option<i64>,
+        gap_s: Option<f64>,
+        class: &'static str,
+    }
+    let mut rows = Vec::new();
+    for (key, arts) in &keys {
+        if arts.len() < 2 {
+            continue;
+        }
+        let mut list: Vec<(&str, Landing)> = arts.iter().map(|(a, l)| (*a, *l)).collect();
+        list.sort_by_key(|(a, l)| (l.0.is_none(), l.0, *a));
+        let (first, first_land) = list[0];
+        for (art, land) in &list[1..] {
+            if !reported.keeps(land.3) {
+                continue;
+            }
+            let gap_s = match (land.0, first_land.0) {
+                (Some(t), Some(f)) => Some((t - f) as f64 / 1e6),
+                _ => None,
+            };
+            let class = match gap_s {
+                None => "open",
+                Some(g) if g <= s.late_completion_window_s => "reconcilable",
+                Some(_) => "window too short",
+            };
+            rows.push(Row {
+                week: snap.week(land.3),
+                key,
+                art,
+                land: *land,
+                first,
+                first_end: first_land.0,
+                gap_s,
+                class,
+            });
+        }
+    }
+    let cols = vec![
+        text(rows.iter().map(|r| Some(r.week))),
+        text(rows.iter().map(|r| Some(r.key))),
+        text(rows.iter().map(|r| Some(r.art))),
+        text(rows.iter().map(|r| Some(r.land.1))),
+        int(rows.iter().map(|r| Some(i64::from(r.land.2)))),
+        ts(rows.iter().map(|r| r.land.0)),
+        text(rows.iter().map(|r| Some(r.first))),
+        ts(rows.iter().map(|r| r.first_end)),
+        float(rows.iter().map(|r| r.gap_s)),
+        float(rows.iter().map(|_| Some(s.late_completion_window_s))),
+        text(rows.iter().map(|r| Some(r.class))),
+    ];
+    Ok(RecordBatch::try_new(schema(), cols).map_err(datafusion::error::DataFusionError::from)?)
+}

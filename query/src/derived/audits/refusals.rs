@@ -1,0 +1,525 @@
+//! Key refusal audits (SPEC 5.2, seed 002): same-key retries, keys used inside their rest or long
+//! break, pool overload episodes, turns past the attempt bound, and router outcomes that
+//! contradict the refusal's kind.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use laneledger_store::Outcome;
+use laneledger_store::policy::refusal::{self, ErrorKind, ZAI_OVERLOAD};
+
+use super::rows::{int, text, ts};
+use super::{AuditAttempt, AuditSettings, Snapshot};
+use crate::error::Result;
+use crate::tables::job_attempt::{error_kind_of, timestamp_type};
+
+fn kind(a: &AuditAttempt<'_>) -> Option<ErrorKind> {
+    error_kind_of(a.http_status, a.provider_code)
+}
+
+fn batch(schema: SchemaRef, cols: Vec<datafusion::arrow::array::ArrayRef>) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(schema, cols).map_err(datafusion::error::DataFusionError::from)?)
+}
+
+fn f(name: &str, t: DataType, nullable: bool) -> Field {
+    Field::new(name, t, nullable)
+}
+
+/// How long a refused key rests, in seconds: seed 002 `cooldown_seconds` with lane.yaml's
+/// `keys.cooldown_base_s`, `cooldown_cap_s` and `key_break_s` (exactly the seed's with its values).
+pub fn rest_seconds(k: ErrorKind, strikes: u32, s: &AuditSettings) -> u32 {
+    let d = AuditSettings::default();
+    if (s.cooldown_base_s, s.cooldown_cap_s, s.key_break_s) == (d.cooldown_base_s, d.cooldown_cap_s, d.key_break_s) {
+        return refusal::cooldown_seconds(k.as_u8(), strikes);
+    }
+    match k {
+        ErrorKind::Quota | ErrorKind::Auth => s.key_break_s,
+        ErrorKind::Transient => {
+            let mut wait = s.cooldown_base_s;
+            for _ in 0..strikes {
+                if wait >= s.cooldown_cap_s {
+                    return s.cooldown_cap_s;
+                }
+                wait = wait.saturating_mul(2);
+            }
+            wait.min(s.cooldown_cap_s)
+        }
+        _ => 0,
+    }
+}
+
+// ----- same_key_retry -----------------------------------------------------------------------------
+
+/// iso_week, job_id, attempt_no, key_id, pool_id, previous_attempt_no, previous_kind,
+/// previous_http_status, previous_provider_code.
+pub fn same_key_retry_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        f("iso_week", DataType::Utf8, false),
+        f("job_id", DataType::Utf8, false),
+        f("attempt_no", DataType::Int64, false),
+        f("key_id", DataType::Utf8, false),
+        f("pool_id", DataType::Utf8, true),
+        f("previous_attempt_no", DataType::Int64, false),
+        f("previous_kind", DataType::Utf8, false),
+        f("previous_http_status", DataType::Int64, true),
+        f("previous_provider_code", DataType::Int64, true),
+    ]))
+}
+
+/// An attempt on the very key that refused the job's previous attempt (seed 002 `next_free`:
+/// "never the key that just failed"; the #9967 case). Every week's rows, or (`week`) one ISO week's.
+pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let mut rows: Vec<(AuditAttempt<'_>, AuditAttempt<'_>, ErrorKind)> = Vec::new();
+    snap.for_each_job(week, |job| {
+        for w in job.windows(2) {
+            let (prev, next) = (w[0], w[1]);
+            let Some(k) = kind(&prev) else { continue };
+            if matches!(k, ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)
+                && prev.key_id.is_some()
+                && prev.key_id == next.key_id
+            {
+                rows.push((prev, next, k));
+            }
+        }
+    });
+    batch(
+        same_key_retry_schema(),
+        vec![
+            text(rows.iter().map(|r| Some(snap.week(r.1.row)))),
+            text(rows.iter().map(|r| Some(r.1.job_id))),
+            int(rows.iter().map(|r| Some(i64::from(r.1.attempt_no)))),
+            text(rows.iter().map(|r| r.1.key_id)),
+            text(rows.iter().map(|r| r.1.pool_id)),
+            int(rows.iter().map(|r| Some(i64::from(r.0.attempt_no)))),
+            text(rows.iter().map(|r| Some(r.2.as_str()))),
+            int(rows.iter().map(|r| r.0.http_status.map(i64::from))),
+            int(rows.iter().map(|r| r.0.provider_code.map(i64::from))),
+        ],
+    )
+}
+
+// ----- key_rest_violation -------------------------------------------------------------------------
+
+/// iso_week, key_id, pool_id, job_id, attempt_no, started_at, rest (`rest` | `long break`),
+/// refused_job_id, refused_attempt_no, refused_kind, strikes (transient refusals in a row before
+/// the refusal), rest_s (seconds), rest_until, early_s (seconds before the rest ended).
+pub fn key_rest_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        f("iso_week", DataType::Utf8, false),
+        f("key_id", DataType::Utf8, false),
+        f("pool_id", DataType::Utf8, true),
+        f("job_id", DataType::Utf8, false),
+        f("attempt_no", DataType::Int64, false),
+        f("started_at", timestamp_type(), false),
+        f("rest", DataType::Utf8, false),
+        f("refused_job_id", DataType::Utf8, false),
+        f("refused_attempt_no", DataType::Int64, false),
+        f("refused_kind", DataType::Utf8, false),
+        f("strikes", DataType::Int64, false),
+        f("rest_s", DataType::Int64, false),
+        f("rest_until", timestamp_type(), false),
+        f("early_s", DataType::Float64, false),
+    ]))
+}
+
+/// A key's rest after a refusal.
+#[derive(Clone, Copy)]
+struct Rest {
+    /// When it ends, µs.
+    until: i64,
+    /// The refused attempt's row.
+    refused: u32,
+    kind: ErrorKind,
+    strikes: u32,
+    rest_s: u32,
+}
+
+/// One use of a key: what the rest rules read of an attempt (rows are in (job_id, attempt_no)
+/// order, so `row` breaks ties as those two would).
+struct Use {
+    /// When its answer arrived: ended_at, else started_at (µs).
+    end: i64,
+    started_at: i64,
+    row: u32,
+    kind: Option<ErrorKind>,
+}
+
+/// A key used again while it rests after a transient refusal (seed 002 `cooldown_seconds`) or
+/// during its long break after a quota or auth refusal (`key_closes`), across all jobs.
+///
+/// A rest runs from the moment the refusal arrived (its `ended_at`) for `rest_s` seconds; an
+/// attempt that started on the key inside that span is flagged. Strikes are the key's transient
+/// refusals in a row before this one, in the order they arrived; an answer resets them.
+///
+/// With `week`, only the uses by that ISO week's jobs are reported; the rests and strikes still
+/// come from every use of the key, whatever its job's week.
+pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let reported = snap.rows_in(week);
+    let mut by_key: BTreeMap<&str, Vec<Use>> = BTreeMap::new();
+    for (start, c) in snap.chunks() {
+        for i in 0..c.len() {
+            if let Some(k) = super::text(&c.key_id, i) {
+                by_key.entry(k).or_default().push(Use {
+                    end: c.end(i),
+                    started_at: c.started_at.value(i),
+                    row: (start + i) as u32,
+                    kind: c.kind(i),
+                });
+            }
+        }
+    }
+    let mut flagged: Vec<(u32, Rest)> = Vec::new();
+    for uses in by_key.values_mut() {
+        // The rests, in the order the answers arrived.
+        uses.sort_unstable_by_key(|u| (u.end, u.started_at, u.row));
+        let mut rests: Vec<(i64, Rest)> = Vec::new();
+        let mut strikes = 0u32;
+        for u in uses.iter() {
+            match u.kind {
+                Some(k @ (ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)) => {
+                    let rest_s = rest_seconds(k, strikes, s);
+                    rests.push((
+                        u.end,
+                        Rest {
+                            until: u.end + i64::from(rest_s) * 1_000_000,
+                            refused: u.row,
+                            kind: k,
+                            strikes,
+                            rest_s,
+                        },
+                    ));
+                    strikes = if k == ErrorKind::Transient {
+                        strikes.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+                Some(ErrorKind::Ok) => strikes = 0,
+                _ => {}
+            }
+        }
+        // Each use against the rest in force when it started: the one, among those already
+        // begun, that ends last.
+        uses.sort_unstable_by_key(|u| (u.started_at, u.row));
+        let mut next = 0;
+        let mut in_force: Option<Rest> = None;
+        for u in uses.iter() {
+            while next < rests.len() && rests[next].0 <= u.started_at {
+                let r = rests[next].1;
+                if in_force.is_none_or(|f| r.until > f.until) {
+                    in_force = Some(r);
+                }
+                next += 1;
+            }
+            if let Some(r) = in_force
+                && u.started_at < r.until
+                && r.refused != u.row
+                && reported.keeps(u.row as usize)
+            {
+                flagged.push((u.row, r));
+            }
+        }
+    }
+    // Built in one pass: a busy key pool can flag millions of uses.
+    let n = flagged.len();
+    let text = || StringBuilder::with_capacity(n, n * 8);
+    let (mut week, mut key_id, mut pool_id, mut job_id) = (text(), text(), text(), text());
+    let (mut rest, mut refused_job_id, mut refused_kind) = (text(), text(), text());
+    let int = || Int64Builder::with_capacity(n);
+    let (mut attempt_no, mut refused_attempt_no, mut strikes, mut rest_s) = (int(), int(), int(), int());
+    let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    let (mut started_at, mut rest_until) = (time(), time());
+    let mut early_s = Float64Builder::with_capacity(n);
+    for (row, r) in flagged {
+        let (a, refused) = (snap.get(row as usize), snap.get(r.refused as usize));
+        week.append_value(snap.week(a.row));
+        key_id.append_option(a.key_id);
+        pool_id.append_option(a.pool_id);
+        job_id.append_value(a.job_id);
+        attempt_no.append_value(i64::from(a.attempt_no));
+        started_at.append_value(a.started_at);
+        rest.append_value(if r.kind == ErrorKind::Transient {
+            "rest"
+        } else {
+            "long break"
+        });
+        refused_job_id.append_value(refused.job_id);
+        refused_attempt_no.append_value(i64::from(refused.attempt_no));
+        refused_kind.append_value(r.kind.as_str());
+        strikes.append_value(i64::from(r.strikes));
+        rest_s.append_value(i64::from(r.rest_s));
+        rest_until.append_value(r.until);
+        early_s.append_value((r.until - a.started_at) as f64 / 1e6);
+    }
+    let done = |b: &mut StringBuilder| Arc::new(b.finish()) as ArrayRef;
+    let done_int = |b: &mut Int64Builder| Arc::new(b.finish()) as ArrayRef;
+    let done_ts = |b: &mut TimestampMicrosecondBuilder| Arc::new(b.finish()) as ArrayRef;
+    batch(
+        key_rest_schema(),
+        vec![
+            done(&mut week),
+            done(&mut key_id),
+            done(&mut pool_id),
+            done(&mut job_id),
+            done_int(&mut attempt_no),
+            done_ts(&mut started_at),
+            done(&mut rest),
+            done(&mut refused_job_id),
+            done_int(&mut refused_attempt_no),
+            done(&mut refused_kind),
+            done_int(&mut strikes),
+            done_int(&mut rest_s),
+            done_ts(&mut rest_until),
+            Arc::new(early_s.finish()),
+        ],
+    )
+}
+
+// ----- pool_overload_episode ----------------------------------------------------------------------
+
+/// iso_week (of the episode's start), pool_id, started_at, ended_at (the first and last 1305 of
+/// the episode), refusals_1305, distinct_keys, keys (comma-separated), pool_size_seen (distinct
+/// keys of the pool in the ledger), window_s (seconds).
+pub fn overload_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        f("iso_week", DataType::Utf8, false),
+        f("pool_id", DataType::Utf8, false),
+        f("started_at", timestamp_type(), false),
+        f("ended_at", timestamp_type(), false),
+        f("refusals_1305", DataType::Int64, false),
+        f("distinct_keys", DataType::Int64, false),
+        f("keys", DataType::Utf8, false),
+        f("pool_size_seen", DataType::Int64, false),
+        f("window_s", DataType::Int64, false),
+    ]))
+}
+
+/// One overload episode of a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    /// The pool.
+    pub pool_id: String,
+    /// First 1305 of the episode, µs.
+    pub start: i64,
+    /// Last 1305 of the episode, µs.
+    pub end: i64,
+    /// 1305 refusals from `start` to `end`.
+    pub refusals: usize,
+    /// The keys that answered 1305 in the episode.
+    pub keys: BTreeSet<String>,
+    /// Distinct keys of the pool seen in the ledger.
+    pub pool_size: usize,
+}
+
+/// seed 002 `pool_overloaded` with lane.yaml's `keys.pool_overload_keys`.
+fn overloaded(distinct: usize, pool_size: usize, s: &AuditSettings) -> bool {
+    if s.pool_overload_keys == refusal::POOL_OVERLOAD_KEYS {
+        return refusal::pool_overloaded(distinct as u32, pool_size as u32);
+    }
+    distinct >= s.pool_overload_keys as usize || (pool_size > 0 && distinct >= pool_size)
+}
+
+/// Episodes where ≥ `pool_overload_keys` distinct keys of one pool answered 1305 inside
+/// `overload_window_s` (or every key of a smaller pool did): the pool's model was overloaded.
+pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
+    let mut pool_keys: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    let mut events: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
+    for (_, c) in snap.chunks() {
+        for i in 0..c.len() {
+            let (Some(pool), Some(key)) = (super::text(&c.pool_id, i), super::text(&c.key_id, i)) else {
+                continue;
+            };
+            pool_keys.entry(pool).or_default().insert(key);
+            if c.provider_code(i) == Some(ZAI_OVERLOAD) {
+                events.entry(pool).or_default().push((c.end(i), key));
+            }
+        }
+    }
+    let window = i64::from(s.overload_window_s) * 1_000_000;
+    let mut out: Vec<Episode> = Vec::new();
+    for (pool, mut ev) in events {
+        ev.sort();
+        let pool_size = pool_keys.get(pool).map_or(0, BTreeSet::len);
+        let first_episode = out.len();
+        // The 1305s of the last `window`, by key: a sliding count, not a set rebuilt per event.
+        let mut in_window: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut lo = 0;
+        let mut open: Option<Episode> = None;
+        for hi in 0..ev.len() {
+            *in_window.entry(ev[hi].1).or_default() += 1;
+            while ev[hi].0 - ev[lo].0 > window {
+                if let Some(n) = in_window.get_mut(ev[lo].1) {
+                    *n -= 1;
+                    if *n == 0 {
+                        in_window.remove(ev[lo].1);
+                    }
+                }
+                lo += 1;
+            }
+            if !overloaded(in_window.len(), pool_size, s) {
+                continue;
+            }
+            match &mut open {
+                Some(e) if ev[lo].0 <= e.end => {
+                    e.end = ev[hi].0;
+                    for k in in_window.keys() {
+                        if !e.keys.contains(*k) {
+                            e.keys.insert(k.to_string());
+                        }
+                    }
+                }
+                _ => {
+                    if let Some(done) = open.take() {
+                        out.push(done);
+                    }
+                    open = Some(Episode {
+                        pool_id: pool.to_string(),
+                        start: ev[lo].0,
+                        end: ev[hi].0,
+                        refusals: 0,
+                        keys: in_window.keys().map(|k| k.to_string()).collect(),
+                        pool_size,
+                    });
+                }
+            }
+        }
+        out.extend(open);
+        // The 1305s from each episode's start to its end: two binary searches in the sorted times.
+        for e in &mut out[first_episode..] {
+            let from = ev.partition_point(|x| x.0 < e.start);
+            let to = ev.partition_point(|x| x.0 <= e.end);
+            e.refusals = to - from;
+        }
+    }
+    out
+}
+
+/// The rows of `pool_overload_episode`: every week's, or (`week`) the episodes that start in that
+/// ISO week (found from every week's refusals, so an episode is the same either way).
+pub fn pool_overload_episode(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let (e, weeks): (Vec<Episode>, Vec<String>) = episodes(snap, s)
+        .into_iter()
+        .map(|x| {
+            let w = super::iso_week_of(x.start);
+            (x, w)
+        })
+        .filter(|(_, w)| week.is_none_or(|week| week == w))
+        .unzip();
+    let keys: Vec<String> = e
+        .iter()
+        .map(|x| x.keys.iter().cloned().collect::<Vec<_>>().join(","))
+        .collect();
+    batch(
+        overload_schema(),
+        vec![
+            text(weeks.iter().map(|w| Some(w.as_str()))),
+            text(e.iter().map(|x| Some(x.pool_id.as_str()))),
+            ts(e.iter().map(|x| Some(x.start))),
+            ts(e.iter().map(|x| Some(x.end))),
+            int(e.iter().map(|x| Some(x.refusals as i64))),
+            int(e.iter().map(|x| Some(x.keys.len() as i64))),
+            text(keys.iter().map(|k| Some(k.as_str()))),
+            int(e.iter().map(|x| Some(x.pool_size as i64))),
+            int(e.iter().map(|_| Some(i64::from(s.overload_window_s)))),
+        ],
+    )
+}
+
+// ----- attempt_bound_exceeded ---------------------------------------------------------------------
+
+/// iso_week, job_id, attempts, bound, last_outcome.
+pub fn bound_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        f("iso_week", DataType::Utf8, false),
+        f("job_id", DataType::Utf8, false),
+        f("attempts", DataType::Int64, false),
+        f("bound", DataType::Int64, false),
+        f("last_outcome", DataType::Utf8, true),
+    ]))
+}
+
+/// Jobs (turns) with more attempts than `max_attempts_per_turn` (seed 002 `MAX_ATTEMPTS_PER_TURN`:
+/// "it keeps a turn from spinning through 34 keys").
+/// Every week's rows, or (`week`) one ISO week's.
+pub fn attempt_bound_exceeded(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    // (first attempt, attempts, last attempt) of each job past the bound.
+    let mut jobs: Vec<(AuditAttempt<'_>, usize, AuditAttempt<'_>)> = Vec::new();
+    snap.for_each_job(week, |j| {
+        if let (Some(first), Some(last)) = (j.first(), j.last())
+            && j.len() > s.max_attempts_per_turn as usize
+        {
+            jobs.push((*first, j.len(), *last));
+        }
+    });
+    batch(
+        bound_schema(),
+        vec![
+            text(jobs.iter().map(|j| Some(snap.week(j.0.row)))),
+            text(jobs.iter().map(|j| Some(j.0.job_id))),
+            int(jobs.iter().map(|j| Some(j.1 as i64))),
+            int(jobs.iter().map(|_| Some(i64::from(s.max_attempts_per_turn)))),
+            text(jobs.iter().map(|j| j.2.outcome.map(Outcome::as_str))),
+        ],
+    )
+}
+
+// ----- outcome_mismatch ---------------------------------------------------------------------------
+
+/// iso_week, job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason.
+pub fn mismatch_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        f("iso_week", DataType::Utf8, false),
+        f("job_id", DataType::Utf8, false),
+        f("attempt_no", DataType::Int64, false),
+        f("outcome", DataType::Utf8, false),
+        f("error_kind", DataType::Utf8, false),
+        f("http_status", DataType::Int64, true),
+        f("provider_code", DataType::Int64, true),
+        f("reason", DataType::Utf8, false),
+    ]))
+}
+
+/// Why an outcome contradicts a refusal's kind, or `None` when it does not.
+pub fn contradiction(outcome: Outcome, k: ErrorKind) -> Option<&'static str> {
+    match (outcome, k) {
+        (Outcome::Retryable, ErrorKind::Quota) => {
+            Some("a spent quota closes the key for the long break: not retryable on it")
+        }
+        (Outcome::Retryable, ErrorKind::Auth) => Some("a refused key closes for the long break: not retryable on it"),
+        (Outcome::Retryable, ErrorKind::Request) => Some("a wrong request fails on every key: not retryable"),
+        (Outcome::Permanent, ErrorKind::Transient) => Some("a transient refusal clears on its own: not permanent"),
+        (Outcome::Ok, ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth | ErrorKind::Request) => {
+            Some("a refusal is not an answer")
+        }
+        _ => None,
+    }
+}
+
+/// Attempts whose router outcome contradicts seed 002 `error_kind` of their status and code:
+/// every week's, or (`week`) those of one ISO week's jobs.
+pub fn outcome_mismatch(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let mut rows: Vec<(AuditAttempt<'_>, Outcome, ErrorKind, &str)> = Vec::new();
+    snap.for_each_job(week, |job| {
+        rows.extend(job.iter().filter_map(|a| {
+            let (o, k) = (a.outcome?, kind(a)?);
+            contradiction(o, k).map(|why| (*a, o, k, why))
+        }))
+    });
+    batch(
+        mismatch_schema(),
+        vec![
+            text(rows.iter().map(|r| Some(snap.week(r.0.row)))),
+            text(rows.iter().map(|r| Some(r.0.job_id))),
+            int(rows.iter().map(|r| Some(i64::from(r.0.attempt_no)))),
+            text(rows.iter().map(|r| Some(r.1.as_str()))),
+            text(rows.iter().map(|r| Some(r.2.as_str()))),
+            int(rows.iter().map(|r| r.0.http_status.map(i64::from))),
+            int(rows.iter().map(|r| r.0.provider_code.map(i64::from))),
+            text(rows.iter().map(|r| Some(r.3))),
+        ],
+    )
+}

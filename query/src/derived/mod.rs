@@ -1,0 +1,13 @@
+//! Tables computed from the ledger's tables: the materialized `job_rollup`, `idem_artifacts`,
+//! `job_week` and `week_rollup`, the SQL text of every view ([`views`]), and the policy audits
+//! ([`audits`]).
+//!
+//! Imports: [`crate::tables`], [`crate::engine`], and the crate root's [`crate::error`] and
+//! [`crate::words`].
+
+pub mod audits;
+pub mod idem_artifacts;
+pub mod job_rollup;
+pub mod job_week;
+pub mod views;
+pub mod week_rollup;

@@ -1,0 +1,13 @@
+//! The DataFusion runtime pieces that know nothing of the ledger: the SQL threads
+//! ([`executor`]), stopping a plan ([`stop`]), the bounded string functions and `array_agg`, SQLite's `SUM`,
+//! the planning hints and the cache locks.
+//!
+//! Imports: [`crate::error`] and [`crate::words`] only (the crate root's bottom files).
+
+pub mod bounded_aggregates;
+pub mod bounded_strings;
+pub(crate) mod cache_lock;
+pub mod executor;
+pub mod hints;
+pub mod sqlite_sum;
+pub mod stop;
