@@ -15,7 +15,7 @@ use laneledger_query::export::{
 };
 use laneledger_query::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_query::{Error, OutputFormat, QueryResult, Session, format_result, job_attempt};
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader};
 
 /// Every attempt file of sample-data/.

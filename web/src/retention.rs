@@ -15,7 +15,7 @@ use laneledger_query::retention::{
     overview, sweep,
 };
 use laneledger_query::{format_count, retention::RetentionOverview};
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 use laneledger_store::{format_timestamp, now_micros};
 
 use crate::AppState;
