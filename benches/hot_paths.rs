@@ -23,8 +23,8 @@ use laneledger_query::review::gate_metrics::GATE_WEEKS_SQL;
 use laneledger_query::review::metrics::WEEKS_SQL;
 use laneledger_query::tables::job_attempt;
 use laneledger_store::drill::{self, DrillConfig, Policy};
-use laneledger_store::parse::{attempt_from_csv, attempt_from_json};
-use laneledger_store::record::ATTEMPT_FIELDS;
+use laneledger_store::format::parse::{attempt_from_csv, attempt_from_json};
+use laneledger_store::model::record::ATTEMPT_FIELDS;
 use laneledger_store::{
     Attempt, AttemptReader, DEFAULT_BATCH, InputFormat, Ledger, Parsed, StoredAttempt, format_timestamp, ingest_reader,
 };
@@ -212,12 +212,12 @@ fn main() {
     let raw_bytes: usize = raw.iter().map(Vec::len).sum();
     let decoded: Vec<StoredAttempt> = raw
         .iter()
-        .map(|b| laneledger_store::ledger::decode_attempt(b).unwrap())
+        .map(|b| laneledger_store::storage::ledger::decode_attempt(b).unwrap())
         .collect();
     measure("decode: postcard StoredAttempt from value bytes", n, iters, || {
         let mut tokens = 0u64;
         for b in &raw {
-            let s = laneledger_store::ledger::decode_attempt(b).unwrap();
+            let s = laneledger_store::storage::ledger::decode_attempt(b).unwrap();
             tokens += s.attempt.tokens_in.unwrap_or(0);
         }
         tokens

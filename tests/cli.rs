@@ -334,7 +334,7 @@ fn a_record_that_cannot_be_decoded_exits_4_for_every_reading_command() {
         // One attempt row's value replaced by bytes that are no attempt (a version tag 255).
         let l = laneledger_store::Ledger::open(&db).unwrap();
         let txn = l.database().begin_write().unwrap();
-        laneledger_store::attempt_store::set_row(&txn, "pin-job-000007", 1, Some(&[255u8, 1, 2])).unwrap();
+        laneledger_store::storage::attempt_store::set_row(&txn, "pin-job-000007", 1, Some(&[255u8, 1, 2])).unwrap();
         txn.commit().unwrap();
     }
     let out = dir.path().join("export");
@@ -446,14 +446,14 @@ fn a_ledger_file_that_cannot_be_written_is_read_and_refuses_writes() {
 
 #[test]
 fn a_ledger_of_an_older_format_is_migrated_once_and_the_command_says_so() {
-    use laneledger_store::tables::{CHAIN_BLOCK, CHAIN_TIP, COUNTER, FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::{CHAIN_BLOCK, CHAIN_TIP, COUNTER, FORMAT_VERSION, META};
     let (_dir, db) = pin_ledger("old.redb");
     let db_s = db.to_str().unwrap();
     {
         // The file as format version 1 left it: the same records, no chain.
         let l = laneledger_store::Ledger::open(&db).unwrap();
         let txn = l.database().begin_write().unwrap();
-        laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_5(&txn).unwrap();
         txn.delete_table(CHAIN_BLOCK).unwrap();
         txn.delete_table(CHAIN_TIP).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();

@@ -64,7 +64,7 @@ fn verify_exits_4_naming_the_changed_record_and_logs_each_run() {
     {
         let l = Ledger::open(&db).unwrap();
         let read = l.database().begin_read().unwrap();
-        let mut v = laneledger_store::attempt_store::read_rows(&read)
+        let mut v = laneledger_store::storage::attempt_store::read_rows(&read)
             .unwrap()
             .get("job-000042", 1)
             .unwrap()
@@ -73,7 +73,7 @@ fn verify_exits_4_naming_the_changed_record_and_logs_each_run() {
         let txn = l.database().begin_write().unwrap();
         let last = v.len() - 1;
         v[last] ^= 1;
-        laneledger_store::attempt_store::set_row(&txn, "job-000042", 1, Some(&v)).unwrap();
+        laneledger_store::storage::attempt_store::set_row(&txn, "job-000042", 1, Some(&v)).unwrap();
         txn.commit().unwrap();
     }
     let o = run(&["verify", "--db", &db, "--now", NOW]);

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use laneledger_query::Session;
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 
 /// Jobs in the drill: about 2,000 attempts over 12 days.
 const JOBS: usize = 1_500;
@@ -95,7 +95,7 @@ async fn weekly_metrics_and_gate_weekly_run_on_the_exported_ledger_tables_body()
     let jobs_45 = first.values().filter(|t| **t < monday_46).count();
     // Sweep 33 days after the first job with 30 kept: week 45's first days go, and week_snapshot
     // keeps week 45's figures from before.
-    let now = laneledger_store::parse_timestamp(START).unwrap() + 33 * laneledger_store::retention::DAY_MICROS;
+    let now = laneledger_store::parse_timestamp(START).unwrap() + 33 * laneledger_store::storage::retention::DAY_MICROS;
     let mut opts = SweepOptions::new(RetentionRule {
         days: 30,
         reconcile_window_s: 900,

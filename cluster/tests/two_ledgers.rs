@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use laneledger_query::Session;
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
-use laneledger_store::retention::{DAY_MICROS, RetentionRule};
+use laneledger_store::storage::retention::{DAY_MICROS, RetentionRule};
 
 #[test]
 fn two_ledgers_and_an_archive_equal_one_ledger_holding_both() {

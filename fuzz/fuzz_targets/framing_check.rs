@@ -6,14 +6,14 @@
 //! an NDJSON record's raw text decodes again to the same record; and the flat-object JSON reader
 //! reads each line as serde_json does, where it reads it at all.
 
-use laneledger_store::decision::DecisionDecoder;
-use laneledger_store::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
+use laneledger_store::format::decision::DecisionDecoder;
+use laneledger_store::format::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 
 /// Checks every invariant on `data`; panics on the first that fails.
 pub fn check(data: &[u8]) {
     for line in data.split(|&b| b == b'\n') {
         if let Ok(line) = std::str::from_utf8(line) {
-            let disagreement = laneledger_store::parse::flat_reader_disagreement(line);
+            let disagreement = laneledger_store::format::parse::flat_reader_disagreement(line);
             assert_eq!(disagreement, None, "{line:?}");
         }
     }

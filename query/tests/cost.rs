@@ -2,8 +2,8 @@
 //! latency percentiles and the time to first token, on ledgers made to show each case.
 
 use laneledger_query::{Section, Session};
-use laneledger_store::mapping::source::SourceReader;
-use laneledger_store::mapping::{InputShape, Mapping, ingest_mapped};
+use laneledger_store::ingest::mapping::source::SourceReader;
+use laneledger_store::ingest::mapping::{InputShape, Mapping, ingest_mapped};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, LaneConfig, Ledger, ingest_reader};
 
 /// Monday 2026-11-23 00:00:00 UTC (ISO week 2026-W48), µs.

@@ -16,7 +16,7 @@ use laneledger_query::archive::export::{
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_query::tables::job_attempt;
 use laneledger_query::{Error, OutputFormat, QueryResult, Session, format_result};
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader};
 
 /// Every attempt file of sample-data/.

@@ -222,7 +222,7 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
 
     // A sweep removes rows: the columns are read again.
     let now = laneledger_store::parse_timestamp("2027-06-01T00:00:00Z").unwrap();
-    let rule = laneledger_store::retention::RetentionRule {
+    let rule = laneledger_store::storage::retention::RetentionRule {
         days: 30,
         reconcile_window_s: 900,
     };

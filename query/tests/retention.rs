@@ -11,7 +11,7 @@ use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use laneledger_query::Session;
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, SweepStep, sweep};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
-use laneledger_store::retention::{DAY_MICROS, RetentionRule};
+use laneledger_store::storage::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, StoredAttempt, parse_timestamp};
 
 const START: &str = "2026-08-03T00:00:00Z";

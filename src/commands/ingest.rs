@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use laneledger_store::mapping::source::{self, SourceReader};
-use laneledger_store::mapping::{InputShape, MappedFeed, Mapping, ingest_mapped};
-use laneledger_store::parse::Framed;
-use laneledger_store::sqlite_source::SqliteSource;
+use laneledger_store::format::parse::Framed;
+use laneledger_store::format::sqlite_source::SqliteSource;
+use laneledger_store::ingest::mapping::source::{self, SourceReader};
+use laneledger_store::ingest::mapping::{InputShape, MappedFeed, Mapping, ingest_mapped};
 use laneledger_store::{
     Counters, IngestReport, InputFormat, Ledger, format_timestamp, ingest_decisions_reader, ingest_reader,
     try_ingest_framed,
@@ -47,7 +47,7 @@ pub fn run(
     if sqlite && files.iter().any(|n| n == "-") {
         return Err(usage("--format sqlite reads a database file, not stdin (`-`)"));
     }
-    let table = table.unwrap_or(laneledger_store::sqlite_source::DEFAULT_TABLE);
+    let table = table.unwrap_or(laneledger_store::format::sqlite_source::DEFAULT_TABLE);
     // Every database must hold the table before anything is written.
     for name in files.iter().filter(|_| sqlite) {
         SqliteSource::open(Path::new(name), name, table)?;
@@ -359,7 +359,7 @@ fn dry_run(mapping: &Mapping, format: Option<FormatArg>, inputs: &[String]) -> a
         rejected
     );
     println!("field          found in");
-    for name in laneledger_store::mapping::COUNTED_FIELDS {
+    for name in laneledger_store::ingest::mapping::COUNTED_FIELDS {
         let n = found.get(name).copied().unwrap_or(0);
         let share = if attempts == 0 {
             0.0
@@ -441,7 +441,7 @@ fn native_json(a: &laneledger_store::Attempt) -> String {
 
 /// `laneledger mappings [NAME]`: the built-in mappings, or one's YAML.
 pub fn mappings(name: Option<&str>) -> anyhow::Result<ExitCode> {
-    use laneledger_store::mapping::BUILTIN;
+    use laneledger_store::ingest::mapping::BUILTIN;
     match name {
         None => {
             for (name, text) in BUILTIN {

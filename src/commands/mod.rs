@@ -174,7 +174,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         }
         if cause.downcast_ref::<laneledger_store::config::ConfigError>().is_some()
             || cause
-                .downcast_ref::<laneledger_store::mapping::MappingError>()
+                .downcast_ref::<laneledger_store::ingest::mapping::MappingError>()
                 .is_some()
         {
             return 2;
@@ -261,7 +261,7 @@ fn opened(db: &Path, ledger: laneledger_store::Result<Ledger>) -> anyhow::Result
             "laneledger: migrated {} from ledger format version {old} to {}; releases that read only \
              version {old} can no longer open it",
             db.display(),
-            laneledger_store::tables::FORMAT_VERSION
+            laneledger_store::storage::tables::FORMAT_VERSION
         );
     }
     Ok(ledger)

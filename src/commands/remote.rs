@@ -726,7 +726,7 @@ impl Remote {
 impl Remote {
     /// The answer to `ingest --mapping` while a server holds the ledger: a mapping file is read
     /// here, and the server takes a router's own records only through its built-in mappings.
-    pub fn mapped_refused(&self, mapping: &laneledger_store::mapping::Mapping) -> anyhow::Error {
+    pub fn mapped_refused(&self, mapping: &laneledger_store::ingest::mapping::Mapping) -> anyhow::Error {
         anyhow::anyhow!(
             "{} is held by `laneledger serve` at {}/: send the router's log to it as \
              `POST {}/v1/attempts?mapping={}` (built-in mappings), or stop the server to ingest it here",

@@ -8,7 +8,7 @@ use anyhow::Context;
 use laneledger_query::Session;
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
 use laneledger_query::words::counted;
-use laneledger_store::retention::{RetentionRule, SweepPlan};
+use laneledger_store::storage::retention::{RetentionRule, SweepPlan};
 use laneledger_store::{format_timestamp, now_micros, parse_timestamp};
 use laneledger_web::AppState;
 
@@ -61,7 +61,7 @@ fn describe(plan: &SweepPlan) -> String {
             "abandoned: {} with an attempt still open that started before {} ({} before the cutoff)\n",
             counted(plan.abandoned, "job", "jobs"),
             format_timestamp(plan.rule.abandon_cutoff(plan.now)),
-            counted(laneledger_store::retention::ABANDON_GRACE_DAYS, "day", "days"),
+            counted(laneledger_store::storage::retention::ABANDON_GRACE_DAYS, "day", "days"),
         );
     }
     for (day, n) in per_day(plan) {

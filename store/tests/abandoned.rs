@@ -1,7 +1,7 @@
 //! An attempt left open past the retention window plus the grace period is abandoned: its job is
 //! swept, and the sweep's row counts it; an open attempt within the grace period still keeps its job.
 
-use laneledger_store::retention::{ABANDON_GRACE_DAYS, DAY_MICROS, RetentionRule};
+use laneledger_store::storage::retention::{ABANDON_GRACE_DAYS, DAY_MICROS, RetentionRule};
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader, parse_timestamp};
 
 const NOW: &str = "2026-11-01T00:00:00Z";

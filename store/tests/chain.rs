@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use laneledger_store::chain::{BLOCK_BYTES, Problem, RecordKey, encode_v4_entry, join_block, split_block};
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
-use laneledger_store::retention::{DAY_MICROS, RetentionRule};
-use laneledger_store::tables::{
+use laneledger_store::storage::chain::{BLOCK_BYTES, Problem, RecordKey, encode_v4_entry, join_block, split_block};
+use laneledger_store::storage::retention::{DAY_MICROS, RetentionRule};
+use laneledger_store::storage::tables::{
     ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT, CHAIN_TIP,
     CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
@@ -85,7 +85,7 @@ fn get(ledger: &Ledger, key: &RecordKey) -> Option<Vec<u8>> {
     let txn = ledger.database().begin_read().unwrap();
     let v = |g: Option<redb::AccessGuard<'_, &[u8]>>| g.map(|g| g.value().to_vec());
     match key {
-        RecordKey::Attempt { job_id, attempt_no } => laneledger_store::attempt_store::read_rows(&txn)
+        RecordKey::Attempt { job_id, attempt_no } => laneledger_store::storage::attempt_store::read_rows(&txn)
             .unwrap()
             .get(job_id, *attempt_no)
             .unwrap(),
@@ -118,7 +118,7 @@ fn put(ledger: &Ledger, key: &RecordKey, value: Option<&[u8]>) {
     let txn = ledger.database().begin_write().unwrap();
     match key {
         RecordKey::Attempt { job_id, attempt_no } => {
-            laneledger_store::attempt_store::set_row(&txn, job_id, *attempt_no, value).unwrap()
+            laneledger_store::storage::attempt_store::set_row(&txn, job_id, *attempt_no, value).unwrap()
         }
         RecordKey::Decision { job_id, decided_at } => {
             let mut t = txn.open_table(DECISION).unwrap();
@@ -447,14 +447,14 @@ fn verify_runs_are_logged() {
 
 #[test]
 fn a_format_1_ledger_is_chained_when_opened() {
-    use laneledger_store::tables::{COUNTER, META};
+    use laneledger_store::storage::tables::{COUNTER, META};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.redb");
     {
         // A version 1 file: the same records, no chain.
         let l = build(&path);
         let txn = l.database().begin_write().unwrap();
-        laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_5(&txn).unwrap();
         txn.delete_table(CHAIN_BLOCK).unwrap();
         txn.delete_table(CHAIN_TIP).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 1).unwrap();
@@ -466,12 +466,12 @@ fn a_format_1_ledger_is_chained_when_opened() {
     let r = l.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.first_bad);
     assert_eq!(r.entries, r.records);
-    assert_eq!(format_version(&l), laneledger_store::tables::FORMAT_VERSION);
+    assert_eq!(format_version(&l), laneledger_store::storage::tables::FORMAT_VERSION);
 }
 
 /// `meta["format_version"]` of the file.
 fn format_version(ledger: &Ledger) -> u64 {
-    use laneledger_store::tables::META;
+    use laneledger_store::storage::tables::META;
     let txn = ledger.database().begin_read().unwrap();
     txn.open_table(META)
         .unwrap()
@@ -485,10 +485,10 @@ fn format_version(ledger: &Ledger) -> u64 {
 /// with its own SHA-256, in blocks of up to 4,096 consecutive positions without a stored `prev`,
 /// and no tip row.
 fn downgrade_to_v4(ledger: &Ledger) {
-    use laneledger_store::tables::META;
+    use laneledger_store::storage::tables::META;
     let entries = ledger.chain_entries().unwrap();
     let txn = ledger.database().begin_write().unwrap();
-    laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
+    laneledger_store::storage::attempt_store::write_as_format_5(&txn).unwrap();
     {
         let mut v4 = txn.open_table(CHAIN_BLOCK_V4).unwrap();
         let (mut block, mut first, mut len) = (Vec::new(), 0u64, 0usize);
@@ -527,7 +527,7 @@ fn leb128(out: &mut Vec<u8>, mut n: usize) {
 /// Rewrites a ledger of the current format as version 3 wrote it: the chain as version 4 stores it,
 /// the idem_key index as one B-tree key per attempt instead of sorted runs.
 fn downgrade_to_v3(ledger: &Ledger) {
-    use laneledger_store::tables::{IDEM_RUN, IDEM_RUN_DIR, META};
+    use laneledger_store::storage::tables::{IDEM_RUN, IDEM_RUN_DIR, META};
     downgrade_to_v4(ledger);
     let entries = ledger.idem_index_entries().unwrap();
     let txn = ledger.database().begin_write().unwrap();
@@ -547,7 +547,7 @@ fn downgrade_to_v3(ledger: &Ledger) {
 /// Rewrites a ledger of the current format as version 2 wrote it: one chain row per entry, the
 /// idem_key index as a multimap.
 fn downgrade_to_v2(ledger: &Ledger) {
-    use laneledger_store::tables::META;
+    use laneledger_store::storage::tables::META;
     let chain = ledger.chain_entries().unwrap();
     downgrade_to_v3(ledger);
     let txn = ledger.database().begin_write().unwrap();
@@ -608,7 +608,7 @@ fn idem_keys(ledger: &Ledger) -> Vec<String> {
 
 #[test]
 fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index() {
-    use laneledger_store::tables::FORMAT_VERSION;
+    use laneledger_store::storage::tables::FORMAT_VERSION;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v2.redb");
     let (entries, report, by_idem) = {
@@ -672,7 +672,7 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
 
 #[test]
 fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain() {
-    use laneledger_store::tables::FORMAT_VERSION;
+    use laneledger_store::storage::tables::FORMAT_VERSION;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v4.redb");
     let (entries, report, bytes) = {
@@ -761,7 +761,7 @@ fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain
 
 #[test]
 fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
-    use laneledger_store::tables::{FORMAT_VERSION, IDEM_RUN_DIR};
+    use laneledger_store::storage::tables::{FORMAT_VERSION, IDEM_RUN_DIR};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.redb");
     let (report, by_idem, entries) = {
@@ -888,7 +888,7 @@ fn a_block_splits_into_its_prev_and_frames_and_a_bad_frame_is_named() {
 /// when opened: the same rows, lookups, chain and tip, an empty delta, and a smaller file.
 #[test]
 fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
-    use laneledger_store::tables::{ATTEMPT, ATTEMPT_BLOCK, FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::{ATTEMPT, ATTEMPT_BLOCK, FORMAT_VERSION, META};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v5.redb");
     let (rows, report, by_job) = {
@@ -904,7 +904,7 @@ fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
     {
         let l = Ledger::open(&path).unwrap();
         let txn = l.database().begin_write().unwrap();
-        laneledger_store::attempt_store::write_as_format_5(&txn).unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_5(&txn).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 5).unwrap();
         txn.commit().unwrap();
         let txn = l.database().begin_read().unwrap();
@@ -933,7 +933,7 @@ fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
 /// Whether each attempt block is in the framed layout of format version 7 (its first byte 0),
 /// in key order.
 fn blocks_framed(ledger: &Ledger) -> Vec<bool> {
-    use laneledger_store::tables::ATTEMPT_BLOCK;
+    use laneledger_store::storage::tables::ATTEMPT_BLOCK;
     let txn = ledger.database().begin_read().unwrap();
     let blocks = txn.open_table(ATTEMPT_BLOCK).unwrap();
     blocks.iter().unwrap().map(|r| r.unwrap().1.value()[0] == 0).collect()
@@ -944,7 +944,7 @@ fn blocks_framed(ledger: &Ledger) -> Vec<bool> {
 /// the next write packs framed blocks.
 #[test]
 fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
-    use laneledger_store::tables::{FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::{FORMAT_VERSION, META};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v6.redb");
     let (rows, report) = {
@@ -958,7 +958,7 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
         let l = Ledger::open(&path).unwrap();
         assert!(blocks_framed(&l).iter().all(|f| *f));
         let txn = l.database().begin_write().unwrap();
-        laneledger_store::attempt_store::write_as_format_6(&txn).unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_6(&txn).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 6).unwrap();
         txn.commit().unwrap();
     }

@@ -1,11 +1,11 @@
-//! The idem_key index in sorted runs (`store/src/idem_index.rs`): after hundreds of commits of
+//! The idem_key index in sorted runs (`store/src/storage/idem_index.rs`): after hundreds of commits of
 //! every size, merged by tier, the whole index and every lookup equal a model kept beside it, and
 //! the runs stay few.
 
 use std::collections::BTreeSet;
 
 use laneledger_store::drill::SplitMix64;
-use laneledger_store::tables::IDEM_RUN_DIR;
+use laneledger_store::storage::tables::IDEM_RUN_DIR;
 use laneledger_store::{InputFormat, Ledger, ingest_reader};
 use redb::ReadableTableMetadata;
 

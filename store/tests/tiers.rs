@@ -7,9 +7,10 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use laneledger_store::mapping::Mapping;
-use laneledger_store::record::{AttemptRecord, Lane, Outcome, StoredAttempt};
-use laneledger_store::{Attempt, DEFAULT_BATCH, InputFormat, LaneConfig, Ledger, ingest_reader, lanes};
+use laneledger_store::ingest::mapping::Mapping;
+use laneledger_store::model::lanes;
+use laneledger_store::model::record::{AttemptRecord, Lane, Outcome, StoredAttempt};
+use laneledger_store::{Attempt, DEFAULT_BATCH, InputFormat, LaneConfig, Ledger, ingest_reader};
 
 const THREE_TIERS: &str = "\
 lanes:
@@ -305,7 +306,9 @@ fn free_and_paid_keep_their_stored_bytes_and_other_names_are_stored_inline() {
     let bytes = stored(named);
     assert_eq!(bytes, stored(lanes::intern("gpt-4o")));
     assert_eq!(
-        laneledger_store::ledger::decode_attempt(&bytes).unwrap().attempt,
+        laneledger_store::storage::ledger::decode_attempt(&bytes)
+            .unwrap()
+            .attempt,
         attempt(named)
     );
     assert_eq!(

@@ -287,7 +287,7 @@ fn reused_chunk_buffers_hold_only_their_own_values() {
 /// order: `job-10` sorts before `job-9`), attempt 1, in one of three shapes: open, ended, or
 /// ended on the other lane.
 fn shaped(job: u32, shape: u64) -> laneledger_store::Attempt {
-    let mut a = laneledger_store::parse::attempt_from_json(&format!(
+    let mut a = laneledger_store::format::parse::attempt_from_json(&format!(
         r#"{{"job_id":"job-{job}","idem_key":"k{}","attempt_no":1,"lane":"free","started_at":"2026-11-16T09:00:00Z"}}"#,
         job % 7
     ))
@@ -305,7 +305,7 @@ fn shaped(job: u32, shape: u64) -> laneledger_store::Attempt {
 
 #[test]
 fn batches_mixing_keys_above_and_below_the_greatest_held_give_each_record_its_own_result() {
-    use laneledger_store::write_rules::{Merge, merge};
+    use laneledger_store::model::write_rules::{Merge, merge};
     use laneledger_store::{Attempt, Incoming};
     use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //!
 //! [`Notifier::evaluate`] checks the current ISO week and the one before it (each alert of
 //! [`laneledger_query::review::metrics::week_alerts`]) against what each webhook was last told, kept in the ledger
-//! file ([`laneledger_store::webhook_sent`]) so that a restart posts nothing twice, and posts the
+//! file ([`laneledger_store::storage::webhook_sent`]) so that a restart posts nothing twice, and posts the
 //! changes. [`Notifier::spawn`] runs it in `serve` on a task of its own: at start, within
 //! [`WebhookOptions::debounce`] of a committed write, every [`WebhookOptions::every`] (a new week
 //! begins without a write), and sooner after a failed post. The HTTP client is blocking (ureq) and
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use laneledger_query::review::metrics::alert_decimals;
 use laneledger_query::{AlertCheck, AlertState, Session, Thresholds, format_ratio};
 use laneledger_store::config::{AlertSelection, WebhookConfig};
-use laneledger_store::webhook_sent::{self, Sent};
+use laneledger_store::storage::webhook_sent::{self, Sent};
 use serde_json::{Value, json};
 
 use crate::error::Result;

@@ -7,7 +7,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use laneledger_query::Session;
 use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 use laneledger_store::{Attempt, Incoming, Lane, Ledger, Outcome, parse_timestamp};
 use laneledger_web::pages::retention::{Clock, spawn_schedule};
 use laneledger_web::{AppState, app};
@@ -95,14 +95,14 @@ async fn retention_page_shows_the_cutoff_days_sweeps_and_last_verify() {
     let mut removed = Vec::new();
     {
         let txn = ledger.database().begin_read().unwrap();
-        let rows = laneledger_store::attempt_store::read_rows(&txn).unwrap();
+        let rows = laneledger_store::storage::attempt_store::read_rows(&txn).unwrap();
         for (job_id, attempt_no) in [("old-1", 1), ("old-1", 2), ("old-2", 1)] {
             let v = rows.get(job_id, attempt_no).unwrap().unwrap();
             removed.extend_from_slice(&(v.len() as u64).to_le_bytes());
             removed.extend_from_slice(&v);
         }
     }
-    let digest = laneledger_store::chain::to_hex(&laneledger_store::chain::sha256(&removed));
+    let digest = laneledger_store::storage::chain::to_hex(&laneledger_store::storage::chain::sha256(&removed));
 
     let swept_at = ts("2026-10-31T00:00:00Z");
     let rule = RetentionRule {

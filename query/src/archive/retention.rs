@@ -15,9 +15,9 @@
 
 use std::path::{Path, PathBuf};
 
-use laneledger_store::chain::VerifyRun;
 use laneledger_store::format_timestamp;
-use laneledger_store::retention::{RetentionRule, SweepPlan, SweepRecord, WeekFigures};
+use laneledger_store::storage::chain::VerifyRun;
+use laneledger_store::storage::retention::{RetentionRule, SweepPlan, SweepRecord, WeekFigures};
 
 pub use crate::error::SweepStep;
 use crate::error::{Error, Result};
@@ -254,7 +254,7 @@ pub async fn overview(session: &Session, now: i64, rule: RetentionRule) -> Resul
         for i in 0..b.num_rows() {
             let d = day.value(i).to_string();
             let next_midnight = laneledger_store::parse_timestamp(&format!("{d}T00:00:00Z"))
-                .map_or(i64::MAX, |t| t + laneledger_store::retention::DAY_MICROS);
+                .map_or(i64::MAX, |t| t + laneledger_store::storage::retention::DAY_MICROS);
             rows_per_day.push(DayRows {
                 before_cutoff: next_midnight <= cutoff,
                 day: d,

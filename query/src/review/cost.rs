@@ -2,7 +2,7 @@
 //! two sections, spend and latency by lane and model.
 //!
 //! An attempt's cost is its router's figure (`attrs.response_cost`), else its tokens at the price
-//! `lane.yaml` gives its model or lane ([`laneledger_store::prices`]); an attempt with neither is
+//! `lane.yaml` gives its model or lane ([`laneledger_store::config::prices`]); an attempt with neither is
 //! counted as unpriced, never guessed. Latency is `ended_at − started_at`; the time to first token
 //! is `attrs.first_token_at − started_at`, where a mapping kept it. Percentiles interpolate
 //! linearly between the two nearest ranks (p95 of 1, 2, 3, 4 s is 3.85 s).
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType};
-use laneledger_store::prices::{AttemptCost, PricesConfig};
+use laneledger_store::config::prices::{AttemptCost, PricesConfig};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -166,7 +166,7 @@ fn read_rows(batches: &[RecordBatch], prices: &PricesConfig) -> Result<Vec<Row>>
             let attrs = attrs[i].as_deref();
             out.push(Row {
                 cost: prices.cost_of(&lane, model[i].as_deref(), tokens_in, tokens_out, attrs),
-                first_token_at: attrs.and_then(laneledger_store::prices::first_token_at),
+                first_token_at: attrs.and_then(laneledger_store::config::prices::first_token_at),
                 lane,
                 model: model[i].clone(),
                 started_at: started[i].unwrap_or(0),

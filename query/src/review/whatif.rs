@@ -1,17 +1,17 @@
 //! What-if for one ISO week: its gate decisions decided again under other caps, and its jobs
 //! routed again under another lane policy with the week's own outcome rates
-//! ([`laneledger_store::whatif`]), beside the week as logged. What `laneledger whatif`,
+//! ([`laneledger_store::drill::whatif`]), beside the week as logged. What `laneledger whatif`,
 //! `/weeks/{week}/whatif` and `GET /v1/whatif` show.
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use laneledger_store::LaneConfig;
-use laneledger_store::decision::Decision;
-use laneledger_store::record::Outcome;
-use laneledger_store::whatif::{
+use laneledger_store::drill::whatif::{
     GateCaps, GateTally, GateWhatIf, LaneModel, LanePolicy, Observed, ReplayTable, gate_whatif, replay,
 };
+use laneledger_store::format::decision::Decision;
+use laneledger_store::model::record::Outcome;
 use serde::Serialize;
 
 use crate::error::{Error, Result};

@@ -6,8 +6,8 @@ use std::fs::File;
 use std::path::Path;
 
 use arrow::json::LineDelimitedWriter;
-use laneledger_store::mapping::SourceRecord;
-use laneledger_store::mapping::source::Item;
+use laneledger_store::ingest::mapping::SourceRecord;
+use laneledger_store::ingest::mapping::source::Item;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use serde_json::Value;
 

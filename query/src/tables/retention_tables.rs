@@ -9,8 +9,8 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use laneledger_store::Ledger;
-use laneledger_store::chain::VerifyRun;
-use laneledger_store::retention::{SweepRecord, WeekFigures};
+use laneledger_store::storage::chain::VerifyRun;
+use laneledger_store::storage::retention::{SweepRecord, WeekFigures};
 
 use crate::error::Result;
 use crate::tables::job_attempt::timestamp_type;

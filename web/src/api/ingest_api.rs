@@ -17,8 +17,8 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use laneledger_store::decision::DecisionDecoder;
-use laneledger_store::parse::{AttemptDecoder, Framed, RecordDecoder};
+use laneledger_store::format::decision::DecisionDecoder;
+use laneledger_store::format::parse::{AttemptDecoder, Framed, RecordDecoder};
 use laneledger_store::{Counters, Incoming, IncomingDecision, WriteResult, format_timestamp};
 use serde_json::{Map, Value};
 

@@ -13,9 +13,9 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use laneledger_store::Reject;
-use laneledger_store::mapping::source::SourceReader;
-use laneledger_store::mapping::{BUILTIN, InputShape, Mapping, SourceRecord};
-use laneledger_store::parse::Framed;
+use laneledger_store::format::parse::Framed;
+use laneledger_store::ingest::mapping::source::SourceReader;
+use laneledger_store::ingest::mapping::{BUILTIN, InputShape, Mapping, SourceRecord};
 use serde_json::Map;
 
 use crate::api::ingest_api::{Ident, answer, attempt_batch, request_id, too_many_records};

@@ -4,7 +4,7 @@
 //! The body is an `ExportTraceServiceRequest` in protobuf (`Content-Type: application/x-protobuf`)
 //! or in OTLP/JSON (`application/json`), optionally gzip (`Content-Encoding: gzip`), within the
 //! server's body limit. Each span is flattened into the JSON object the built-in `otlp` mapping
-//! reads ([`laneledger_store::mapping::otlp`]; a protobuf request is first turned into its
+//! reads ([`laneledger_store::ingest::mapping::otlp`]; a protobuf request is first turned into its
 //! OTLP/JSON form, so both encodings give the same objects), mapped to attempts (spans that are
 //! not GenAI calls are skipped, not rejected) and written through the [`Writer`](crate::server::writer::Writer)
 //! like `POST /v1/attempts`: the answer comes once the batch is durable.
@@ -30,9 +30,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use laneledger_store::WriteResult;
-use laneledger_store::mapping::otlp::spans_from_json;
-use laneledger_store::mapping::{Mapping, SourceRecord};
-use laneledger_store::parse::Framed;
+use laneledger_store::format::parse::Framed;
+use laneledger_store::ingest::mapping::otlp::spans_from_json;
+use laneledger_store::ingest::mapping::{Mapping, SourceRecord};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };

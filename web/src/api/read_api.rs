@@ -192,7 +192,7 @@ pub async fn job_attempts(
 
 /// `GET /v1/idem/{idem_key}/attempts`: every attempt that carries one idempotency key, across
 /// jobs, in (job_id, attempt_no) order, read through the ledger's idem_key index
-/// (`store/src/idem_index.rs`, no SQL planning, no scan), as `{"idem_key": "…", "attempts":
+/// (`store/src/storage/idem_index.rs`, no SQL planning, no scan), as `{"idem_key": "…", "attempts":
 /// [{…}]}` with the attempts as in [`job_attempts`]. Several jobs under one key are the
 /// duplicates seed 000 counts. An unknown key gives `"attempts": []` (200).
 pub async fn idem_attempts(

@@ -16,7 +16,7 @@ use laneledger_query::archive::retention::{
     overview, sweep,
 };
 use laneledger_query::format_count;
-use laneledger_store::retention::RetentionRule;
+use laneledger_store::storage::retention::RetentionRule;
 use laneledger_store::{format_timestamp, now_micros};
 
 use crate::error::AppError;

@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use laneledger_query::review::whatif::{SettingChange, WhatIf, WhatIfRow, gate_rows};
 use laneledger_store::LaneConfig;
-use laneledger_store::record::Outcome;
-use laneledger_store::whatif::DecisionChange;
+use laneledger_store::drill::whatif::DecisionChange;
+use laneledger_store::model::record::Outcome;
 
 use crate::api_error::ApiError;
 use crate::error::AppError;

@@ -8,7 +8,7 @@
 use std::io::Read;
 
 use axum::http::{HeaderMap, header};
-use laneledger_store::parse::{Framed, InputFormat, LineReader, RecordDecoder};
+use laneledger_store::format::parse::{Framed, InputFormat, LineReader, RecordDecoder};
 use laneledger_store::{Reject, now_micros};
 use serde_json::value::RawValue;
 
@@ -160,7 +160,7 @@ pub fn frame_into<D: RecordDecoder, T>(
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
-    use laneledger_store::parse::AttemptDecoder;
+    use laneledger_store::format::parse::AttemptDecoder;
 
     const A: &str =
         r#"{"job_id":"j1","idem_key":"k1","attempt_no":1,"lane":"free","started_at":"2026-11-23T10:00:00Z"}"#;

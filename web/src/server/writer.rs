@@ -279,7 +279,7 @@ mod tests {
         let line = format!(
             r#"{{"job_id":"{job}","idem_key":"k-{job}","attempt_no":{n},"lane":"free","started_at":"2026-11-23T10:00:00Z"}}"#
         );
-        let attempt: Attempt = laneledger_store::parse::attempt_from_json(&line).unwrap();
+        let attempt: Attempt = laneledger_store::format::parse::attempt_from_json(&line).unwrap();
         assert_eq!(attempt.lane, Lane::Free);
         Incoming::Attempt {
             source: "test".into(),

@@ -115,7 +115,7 @@ pub fn replay(attempts: &[AuditAttempt<'_>], s: &AuditSettings) -> Vec<Violation
     let tiers = tiers(s);
     let names: Vec<&'static str> = tiers
         .iter()
-        .map(|t| laneledger_store::lanes::intern(&t.name).as_str())
+        .map(|t| laneledger_store::model::lanes::intern(&t.name).as_str())
         .collect();
     let last_tier = tiers.len() - 1;
     let mut used = vec![0u32; tiers.len()];

@@ -221,7 +221,7 @@ impl Columns {
             job_id: self.job_id.value(i),
             idem_key: self.idem_key.value(i),
             attempt_no: self.attempt_no.value(i) as u32,
-            lane: laneledger_store::lanes::intern(self.lane.value(i)),
+            lane: laneledger_store::model::lanes::intern(self.lane.value(i)),
             started_at: self.started_at.value(i),
             ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
             outcome: text(&self.outcome, i).and_then(Outcome::parse),

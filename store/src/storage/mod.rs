@@ -1,0 +1,19 @@
+//! The redb file engine: every table ([`tables`]), the [`Ledger`](ledger::Ledger) and its write
+//! transaction ([`ledger`], [`decision_ledger`]), the attempt rows in packed blocks
+//! ([`attempt_block`], [`attempt_store`]), the hash chain and `verify` ([`chain`]), the idem_key
+//! index ([`idem_index`]), retention ([`retention`]) and the webhook log ([`webhook_sent`]).
+//!
+//! May import every folder below it ([`crate::model`], [`crate::policy`], [`crate::config`],
+//! [`crate::format`], [`crate::drill`]); never [`crate::ingest`].
+
+pub mod attempt_block;
+pub mod attempt_store;
+pub mod chain;
+pub mod decision_ledger;
+pub mod idem_index;
+pub mod ledger;
+mod reject_seen;
+pub mod retention;
+pub mod tables;
+mod varint;
+pub mod webhook_sent;
