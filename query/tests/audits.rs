@@ -4,7 +4,6 @@ mod common;
 
 use datafusion::assert_batches_sorted_eq;
 use laneledger_query::Session;
-use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
 
 /// An attempt line: job, attempt_no, lane, start (seconds after 2026-11-23T00:00:00Z), duration
 /// in seconds, outcome, and extra JSON members.
@@ -18,19 +17,7 @@ fn at(job: &str, no: u32, lane: &str, start_s: i64, dur_s: i64, outcome: &str, e
 }
 
 async fn session(lines: &[String]) -> (tempfile::TempDir, Session) {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path().join("a.redb")).unwrap();
-    let text = lines.join("\n");
-    let r = ingest_reader(
-        &ledger,
-        "fixture",
-        text.as_bytes(),
-        InputFormat::Ndjson,
-        DEFAULT_BATCH,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(r.counters.rejected + r.counters.conflicts, 0, "{:?}", r.problems);
+    let (dir, ledger) = common::ledger_of_lines(lines);
     (dir, Session::new(ledger).await.unwrap())
 }
 

@@ -7,6 +7,24 @@ use std::path::{Path, PathBuf};
 use laneledger_store::drill::{self, DrillConfig, Policy};
 use laneledger_store::{DEFAULT_BATCH, Incoming, InputFormat, Ledger, ingest_reader};
 
+/// A ledger in a temporary folder holding `lines` (NDJSON attempt records), every one accepted.
+pub fn ledger_of_lines(lines: &[String]) -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("lines.redb")).unwrap();
+    let text = lines.join("\n");
+    let r = ingest_reader(
+        &ledger,
+        "fixture",
+        text.as_bytes(),
+        InputFormat::Ndjson,
+        DEFAULT_BATCH,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.counters.rejected + r.counters.conflicts, 0, "{:?}", r.problems);
+    (dir, ledger)
+}
+
 /// The repository's sample-data folder.
 pub fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-data").join(name)

@@ -4,7 +4,9 @@
 
 use laneledger_query::review::metrics::{previous_iso_week, week_end_micros, week_is_partial};
 use laneledger_query::{AlertState, Session, Thresholds, review_document};
-use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader, parse_timestamp};
+use laneledger_store::parse_timestamp;
+
+mod common;
 
 /// One job: a single ok free attempt at `at`, with `artifacts` distinct artifacts under one key
 /// (more than one is a duplicate artifact).
@@ -22,19 +24,7 @@ fn job(id: &str, at: &str, artifacts: usize) -> String {
 
 /// A session over a fresh ledger holding `lines` (NDJSON attempts).
 async fn session(lines: &[String]) -> (tempfile::TempDir, Session) {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
-    let text = lines.join("\n") + "\n";
-    let report = ingest_reader(
-        &ledger,
-        "t.ndjson",
-        std::io::Cursor::new(text),
-        InputFormat::from_path("t.ndjson"),
-        DEFAULT_BATCH,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(report.counters.rejected + report.counters.conflicts, 0);
+    let (dir, ledger) = common::ledger_of_lines(lines);
     (dir, Session::new(ledger).await.unwrap())
 }
 

@@ -4,7 +4,9 @@
 use laneledger_query::{Section, Session};
 use laneledger_store::ingest::mapping::source::SourceReader;
 use laneledger_store::ingest::mapping::{InputShape, Mapping, ingest_mapped};
-use laneledger_store::{DEFAULT_BATCH, InputFormat, LaneConfig, Ledger, ingest_reader};
+use laneledger_store::{DEFAULT_BATCH, LaneConfig, Ledger};
+
+mod common;
 
 /// Monday 2026-11-23 00:00:00 UTC (ISO week 2026-W48), µs.
 const MONDAY: i64 = 1_795_392_000_000_000;
@@ -39,19 +41,7 @@ fn at(
 }
 
 async fn session(lines: &[String], config: &str) -> (tempfile::TempDir, Session) {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path().join("c.redb")).unwrap();
-    let text = lines.join("\n");
-    let r = ingest_reader(
-        &ledger,
-        "fixture",
-        text.as_bytes(),
-        InputFormat::Ndjson,
-        DEFAULT_BATCH,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(r.counters.rejected + r.counters.conflicts, 0, "{:?}", r.problems);
+    let (dir, ledger) = common::ledger_of_lines(lines);
     let config = LaneConfig::from_yaml_str(config, "lane.yaml").unwrap();
     (dir, Session::with_config(ledger, config).await.unwrap())
 }

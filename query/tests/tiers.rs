@@ -10,7 +10,9 @@ use laneledger_query::Session;
 use laneledger_query::derived::audits::lane_policy::{self, Violation};
 use laneledger_query::derived::audits::{AuditAttempt, AuditSettings};
 use laneledger_query::review::metrics::AlertState;
-use laneledger_store::{DEFAULT_BATCH, InputFormat, Lane, LaneConfig, Ledger, Outcome, ingest_reader};
+use laneledger_store::{Lane, LaneConfig, Outcome};
+
+mod common;
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -50,19 +52,7 @@ fn at(job: &str, no: u32, lane: &str, outcome: &str) -> String {
 }
 
 async fn session(config: LaneConfig, lines: &[String]) -> (tempfile::TempDir, Session) {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path().join("a.redb")).unwrap();
-    let text = lines.join("\n");
-    let r = ingest_reader(
-        &ledger,
-        "fixture",
-        text.as_bytes(),
-        InputFormat::Ndjson,
-        DEFAULT_BATCH,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(r.counters.rejected + r.counters.conflicts, 0, "{:?}", r.problems);
+    let (dir, ledger) = common::ledger_of_lines(lines);
     (dir, Session::with_config(ledger, config).await.unwrap())
 }
 
