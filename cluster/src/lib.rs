@@ -27,8 +27,8 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use laneledger_query::sqlite_sum;
 use laneledger_query::derived::views;
+use laneledger_query::sqlite_sum;
 
 /// Errors of the cluster client and processes.
 #[derive(Debug, thiserror::Error)]
