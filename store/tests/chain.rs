@@ -930,13 +930,21 @@ fn a_format_5_ledger_gets_its_attempt_rows_packed_with_the_same_rows_and_tip() {
     );
 }
 
-/// Whether each attempt block is in the framed layout of format version 7 (its first byte 0),
-/// in key order.
-fn blocks_framed(ledger: &Ledger) -> Vec<bool> {
+/// The format version whose layout each attempt block has, in key order: 8 (framed, with a key
+/// filter: its first two bytes 0), 7 (framed: its first byte 0) or 6 (one values frame).
+fn block_layouts(ledger: &Ledger) -> Vec<u64> {
     use laneledger_store::storage::tables::ATTEMPT_BLOCK;
     let txn = ledger.database().begin_read().unwrap();
     let blocks = txn.open_table(ATTEMPT_BLOCK).unwrap();
-    blocks.iter().unwrap().map(|r| r.unwrap().1.value()[0] == 0).collect()
+    blocks
+        .iter()
+        .unwrap()
+        .map(|r| match r.unwrap().1.value() {
+            [0, 0, ..] => 8,
+            [0, ..] => 7,
+            _ => 6,
+        })
+        .collect()
 }
 
 /// A format 6 file, its blocks one values frame each, only has its version raised when opened:
@@ -956,7 +964,7 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
     };
     {
         let l = Ledger::open(&path).unwrap();
-        assert!(blocks_framed(&l).iter().all(|f| *f));
+        assert!(block_layouts(&l).iter().all(|v| *v == 8));
         let txn = l.database().begin_write().unwrap();
         laneledger_store::storage::attempt_store::write_as_format_6(&txn).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 6).unwrap();
@@ -970,8 +978,8 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
     }
     let l = Ledger::open(&path).unwrap();
     assert_eq!((l.migrated_from(), format_version(&l)), (Some(6), FORMAT_VERSION));
-    let before = blocks_framed(&l);
-    assert!(!before.is_empty() && before.iter().all(|f| !*f), "{before:?}");
+    let before = block_layouts(&l);
+    assert!(!before.is_empty() && before.iter().all(|v| *v == 6), "{before:?}");
     let mut again = Vec::new();
     l.for_each_attempt(|s| again.push(s)).unwrap();
     assert_eq!(again, rows);
@@ -992,9 +1000,90 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
     (new.job_id, new.attempt_no, new.idem_key) = ("zz-1".into(), 1, "zz-idem".into());
     let line = format!("{}\n", new.to_json());
     ingest_reader(&l, "new.ndjson", line.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
-    assert_eq!(blocks_framed(&l).last(), Some(&true), "the block written is framed");
+    assert_eq!(
+        block_layouts(&l).last(),
+        Some(&8),
+        "the block written is framed, with a key filter"
+    );
     assert_eq!(l.job_attempts("zz-1").unwrap()[0].attempt, new);
     let mut all = Vec::new();
     l.for_each_attempt(|s| all.push(s)).unwrap();
     assert_eq!((all.len(), &all[..rows.len()]), (rows.len() + 1, &rows[..]));
+}
+
+/// A format 7 file, its blocks without key filters, only has its version raised when opened: its
+/// blocks give the same rows, lookups and tip, a record delivered again is still a duplicate (a
+/// block without a filter is unpacked to check), a new key inside the blocks' range is taken, and
+/// a block a write rewrites gets its filter.
+#[test]
+fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten() {
+    use laneledger_store::storage::tables::{FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v7.redb");
+    let (rows, report) = {
+        let l = build(&path);
+        sweep(&l);
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        (rows, l.verify().unwrap())
+    };
+    {
+        let l = Ledger::open(&path).unwrap();
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_7(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 7).unwrap();
+        txn.commit().unwrap();
+    }
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (7, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(7), 8));
+    let before = block_layouts(&l);
+    assert!(!before.is_empty() && before.iter().all(|v| *v == 7), "{before:?}");
+    let mut again = Vec::new();
+    l.for_each_attempt(|s| again.push(s)).unwrap();
+    assert_eq!(again, rows);
+    for s in rows.iter().step_by(5) {
+        let want: Vec<_> = rows
+            .iter()
+            .filter(|r| r.attempt.job_id == s.attempt.job_id)
+            .cloned()
+            .collect();
+        assert_eq!(l.job_attempts(&s.attempt.job_id).unwrap(), want);
+    }
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (after.tip, after.entries, after.records, after.first_bad),
+        (report.tip, report.entries, report.records, None)
+    );
+
+    // Every row delivered again: all duplicates, nothing written.
+    let text: String = rows.iter().map(|s| format!("{}\n", s.attempt.to_json())).collect();
+    let r = ingest_reader(&l, "again.ndjson", text.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    assert_eq!((r.counters.accepted, r.counters.duplicates), (0, rows.len() as u64));
+    assert_eq!(block_layouts(&l), before);
+
+    // A new key inside the blocks' range (right after the first job's), and one above them all.
+    let mut inside = rows[0].attempt.clone();
+    (inside.job_id, inside.attempt_no, inside.idem_key) =
+        (format!("{}-b", rows[0].attempt.job_id), 1, "in-idem".into());
+    let mut above = rows[0].attempt.clone();
+    (above.job_id, above.attempt_no, above.idem_key) = ("zz-1".into(), 1, "zz-idem".into());
+    let text = format!("{}\n{}\n", inside.to_json(), above.to_json());
+    let r = ingest_reader(&l, "new.ndjson", text.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    assert_eq!(r.counters.accepted, 2);
+    assert_eq!(l.job_attempts(&inside.job_id).unwrap()[0].attempt, inside);
+    assert_eq!(l.job_attempts("zz-1").unwrap()[0].attempt, above);
+    let layouts = block_layouts(&l);
+    assert_eq!(
+        layouts.last(),
+        Some(&8),
+        "the block appended to is rewritten with a filter"
+    );
+    assert!(layouts[..layouts.len() - 1].iter().all(|v| *v == 7), "{layouts:?}");
+    assert_eq!(l.verify().unwrap().first_bad, None);
 }

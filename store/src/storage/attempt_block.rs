@@ -1,4 +1,4 @@
-//! The attempt rows' compressed blocks (format version 7): runs of rows in key order, each block
+//! The attempt rows' compressed blocks (format version 8): runs of rows in key order, each block
 //! stored as one value of [`crate::storage::tables::ATTEMPT_BLOCK`] under its last key.
 //!
 //! A stored block takes at most [`STORED_MAX`] bytes, so that it fills one 32 KiB redb page and no
@@ -7,7 +7,9 @@
 //! ratio ([`raw_target`]) and splits a block that comes out over. Its stored value is
 //!
 //! ```text
-//! 0x00                the framed layout's tag (format version 7)
+//! 0x00 0x00           the filtered layout's tag (format version 8)
+//! varint filter_len
+//! key filter          a Bloom filter of the block's keys (crate::storage::key_filter)
 //! varint rows
 //! varint keys_len     the keys section's length, unpacked
 //! varint keys_packed  the keys section's length, packed
@@ -24,6 +26,13 @@
 //! rows lie in, not the whole block ([`Block::job_values`]). The values are the stored attempt
 //! values byte for byte (`AttemptRecord::V1`), so the hash chain's entries still match.
 //!
+//! The key filter answers "may this block hold (job_id, attempt_no)?" without unpacking it: the
+//! write path's check for a new key that lands inside the blocks' range (a router's random ids)
+//! costs a probe instead of a block's unpacking ([`may_hold`]).
+//!
+//! Format version 7 wrote the same layout without the filter, after the one tag byte 0x00; such a
+//! block is still read (every key "may" be in it) until a write rewrites it. The two tags cannot be
+//! confused: a block holds at least one row, so the row count's first byte is never 0.
 //! Format version 6 wrote the one-frame layout, still read: no tag (a block starts with its row
 //! count, never 0), and the values section one zstd frame after `values_len`. A version 6 file
 //! keeps its blocks as they are until a write rewrites them ([`to_format_6`] makes one).
@@ -54,8 +63,12 @@ pub fn raw_target(raw: usize, packed: usize) -> usize {
 /// block's (BENCHMARKS.md).
 pub const FRAME_RAW: usize = 16 << 10;
 
-/// The first byte of a block in the framed layout (format version 7).
+/// The first byte of a block in the framed layouts (format versions 7 and 8); in format version
+/// 8 the second byte is 0 too ([`FILTERED`]).
 const FRAMED: u8 = 0;
+
+/// The first two bytes of a block with a key filter (format version 8).
+const FILTERED: [u8; 2] = [0, 0];
 
 /// The zstd level the blocks are packed at: level 1 packs the drill's attempt values to about 21
 /// bytes a row (level 3: 20.9) at about twice level 3's speed.
@@ -130,9 +143,36 @@ struct Sections<'a> {
     values: Values<'a>,
 }
 
+/// Where a stored block's row count starts, whether its values are framed, and its key filter
+/// if it has one.
+fn layout(stored: &[u8]) -> Result<(usize, bool, Option<&[u8]>), String> {
+    if stored.starts_with(&FILTERED) {
+        let mut at = FILTERED.len();
+        let len = get_usize(stored, &mut at)?;
+        let filter = stored
+            .get(at..at.saturating_add(len))
+            .ok_or("the key filter runs past the block")?;
+        Ok((at + len, true, Some(filter)))
+    } else if stored.first() == Some(&FRAMED) {
+        Ok((1, true, None))
+    } else {
+        Ok((0, false, None))
+    }
+}
+
+/// Whether a stored block may hold `key`: `false` means it does not, read from its key filter
+/// without unpacking it; a block without one (format version 7 or 6) may hold any key.
+///
+/// Errors: the text of a filter that does not read.
+pub fn may_hold(stored: &[u8], key: (&str, u32)) -> Result<bool, String> {
+    match layout(stored)? {
+        (_, _, Some(filter)) => crate::storage::key_filter::may_hold(filter, key.0, key.1),
+        _ => Ok(true),
+    }
+}
+
 fn sections(stored: &[u8]) -> Result<Sections<'_>, String> {
-    let framed = stored.first() == Some(&FRAMED);
-    let mut at = usize::from(framed);
+    let (mut at, framed, _) = layout(stored)?;
     let rows = get_usize(stored, &mut at)?;
     let keys_len = get_usize(stored, &mut at)?;
     let keys_packed = get_usize(stored, &mut at)?;
@@ -220,7 +260,8 @@ impl Sections<'_> {
 ///
 /// Errors: the text of a header that does not read.
 pub fn block_rows(stored: &[u8]) -> Result<usize, String> {
-    get_usize(stored, &mut usize::from(stored.first() == Some(&FRAMED)))
+    let (mut at, _, _) = layout(stored)?;
+    get_usize(stored, &mut at)
 }
 
 /// The unpacked bytes of a stored block's keys and values, read from its header: with the stored
@@ -462,12 +503,26 @@ impl BlockBuilder {
         out
     }
 
-    /// The rows pushed, packed: their last key and the stored block (framed layout).
+    /// The rows pushed, packed: their last key and the stored block (filtered layout).
     fn packed(&self) -> Option<((String, u32), Vec<u8>)> {
+        self.packed_as(true)
+    }
+
+    /// The rows pushed, packed in the framed layout, with the key filter (format version 8) or
+    /// without it (version 7).
+    fn packed_as(&self, filtered: bool) -> Option<((String, u32), Vec<u8>)> {
         let (job, no) = self.last()?;
         let last = (job.to_string(), no);
-        let mut out = Vec::with_capacity(self.values.len() / 3 + 64);
-        out.push(FRAMED);
+        let mut out = Vec::with_capacity(self.values.len() / 3 + self.rows.len() * 2 + 64);
+        if filtered {
+            out.extend_from_slice(&FILTERED);
+            let filter =
+                crate::storage::key_filter::build((0..self.rows.len()).map(|i| self.row(i).0), self.rows.len());
+            varint::put(&mut out, filter.len() as u64);
+            out.extend_from_slice(&filter);
+        } else {
+            out.push(FRAMED);
+        }
         self.put_header(&mut out);
         varint::put(&mut out, FRAME_RAW as u64);
         let mut frame = Vec::new();
@@ -526,7 +581,18 @@ impl BlockBuilder {
     }
 }
 
-/// A stored block (either layout) in format version 6's one-frame layout, rows unchanged: to
+/// A stored block (any layout) in format version 7's framed layout without a key filter, rows
+/// unchanged: to hand a file back to an older laneledger, and for tests that a version 7 file
+/// still reads.
+///
+/// Errors: the text of what does not read, as [`Block::decode`].
+pub fn to_format_7(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let mut b = BlockBuilder::default();
+    b.push_block(&Block::decode(stored)?);
+    Ok(b.packed_as(false).map(|(_, out)| out).unwrap_or_default())
+}
+
+/// A stored block (any layout) in format version 6's one-frame layout, rows unchanged: to
 /// hand a file back to an older laneledger, and for tests that a version 6 file still reads.
 ///
 /// Errors: the text of what does not read, as [`Block::decode`].
@@ -639,15 +705,29 @@ mod tests {
             b.push(job, *n, v);
         }
         assert!(b.values.len() > 4 * FRAME_RAW, "{} value bytes", b.values.len());
-        let (_, framed) = b.finish().unwrap();
+        let (_, filtered) = b.finish().unwrap();
+        let framed = to_format_7(&filtered).unwrap();
         let old = to_format_6(&framed).unwrap();
         assert_eq!(
-            (framed[0], old[0]),
-            (FRAMED, 0xe8),
-            "the tag, and 1,000 rows' first varint byte"
+            (&filtered[..2], framed[0], framed[1], old[0]),
+            (&FILTERED[..], FRAMED, 0xe8, 0xe8),
+            "the tags, and 1,000 rows' first varint byte"
         );
+        // The filter: 10 bits a row.
+        assert_eq!(filtered.len() - framed.len(), 1 + 2 + 1 + 1000 * 10 / 8);
         assert_eq!(block_raw_bytes(&framed), block_raw_bytes(&old));
-        assert_eq!((block_rows(&framed), block_rows(&old)), (Ok(1000), Ok(1000)));
+        assert_eq!(block_raw_bytes(&filtered), block_raw_bytes(&old));
+        assert_eq!(
+            (block_rows(&filtered), block_rows(&framed), block_rows(&old)),
+            (Ok(1000), Ok(1000), Ok(1000))
+        );
+        assert_eq!(
+            Block::decode(&filtered).unwrap().keys,
+            Block::decode(&framed).unwrap().keys
+        );
+        for job in ["job-00000", "job-00399", "job-07"] {
+            assert_eq!(Block::job_values(&filtered, job), Block::job_values(&framed, job));
+        }
 
         let (a, b) = (Block::decode(&framed).unwrap(), Block::decode(&old).unwrap());
         assert_eq!(a.len(), rows.len());
@@ -677,6 +757,49 @@ mod tests {
         assert!(Block::job_values(&old[..old.len() - 1], "job-00001").is_err());
     }
 
+    /// The key filter answers for every key held, and turns away nearly every key not held;
+    /// a block of format version 7 or 6, with no filter, may hold any key.
+    #[test]
+    fn a_blocks_filter_holds_its_keys_and_turns_away_others() {
+        let rows = rows();
+        let mut b = BlockBuilder::default();
+        for (job, n, v) in &rows {
+            b.push(job, *n, v);
+        }
+        let (_, stored) = b.finish().unwrap();
+        for (job, n, _) in &rows {
+            assert_eq!(may_hold(&stored, (job, *n)), Ok(true), "{job}/{n}");
+        }
+        let others: Vec<(String, u32)> = (0..2000u32).map(|j| (format!("job-{j:06}"), 7)).collect();
+        let passed = others
+            .iter()
+            .filter(|(j, n)| may_hold(&stored, (j, *n)).unwrap())
+            .count();
+        assert!(passed < 60, "{passed} of 2,000 keys not held passed the filter");
+        for old in [to_format_7(&stored).unwrap(), to_format_6(&stored).unwrap()] {
+            assert!(others.iter().all(|(j, n)| may_hold(&old, (j, *n)) == Ok(true)));
+        }
+    }
+
+    /// A format version 6 block of one row starts with the byte 1 (its row count), and one of
+    /// 128 rows with 0x80: neither is taken for a tag.
+    #[test]
+    fn small_format_6_blocks_are_not_taken_for_tagged_ones() {
+        for count in [1u32, 128, 256] {
+            let mut b = BlockBuilder::default();
+            for j in 0..count {
+                b.push(&format!("job-{j:04}"), 1, format!("value {j}").as_bytes());
+            }
+            let (_, stored) = b.finish().unwrap();
+            let old = to_format_6(&stored).unwrap();
+            assert_ne!(old[0], 0);
+            assert_eq!(block_rows(&old), Ok(count as usize));
+            let block = Block::decode(&old).unwrap();
+            assert_eq!((block.len(), block.key(0)), (count as usize, ("job-0000", 1)));
+            assert_eq!(may_hold(&old, ("anything", 1)), Ok(true));
+        }
+    }
+
     #[test]
     fn the_raw_target_packs_to_nine_tenths_of_a_page() {
         assert_eq!(raw_target(0, 0), 3 * STORED_MAX);
@@ -697,7 +820,9 @@ mod tests {
             assert!(Block::decode(&stored[..cut]).is_err(), "cut at {cut}");
         }
         let mut flipped = stored.clone();
-        flipped[1] ^= 1;
+        // The row count's first byte, after the tag and the key filter.
+        let (at, _, _) = layout(&stored).unwrap();
+        flipped[at] ^= 1;
         let (n, bytes) = (rows().len(), rows().iter().map(|r| r.2.len()).sum::<usize>());
         assert_eq!(
             Block::decode(&flipped).unwrap_err(),

@@ -18,7 +18,9 @@ use std::ops::Bound;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use crate::error::{Error, Result};
-use crate::storage::attempt_block::{Block, BlockBuilder, STORED_MAX, block_raw_bytes, block_rows, raw_target};
+use crate::storage::attempt_block::{
+    Block, BlockBuilder, STORED_MAX, block_raw_bytes, block_rows, may_hold, raw_target,
+};
 use crate::storage::tables::{ATTEMPT, ATTEMPT_BLOCK, COUNTER};
 
 /// The `counter` row that holds how many rows the blocks hold (shadowed ones included): what the
@@ -61,6 +63,24 @@ fn block_holding<B: ReadableTable<Key, &'static [u8]>>(
     };
     let (k, v) = row?;
     let last = k.value();
+    let block = Block::decode(v.value()).map_err(|r| corrupt(last, r))?;
+    Ok(Some(((last.0.to_string(), last.1), block)))
+}
+
+/// [`block_holding`] for a lookup of one key: also `None` when the block's key filter says it
+/// does not hold `key`, so that a new key costs no unpacking.
+fn block_maybe_holding<B: ReadableTable<Key, &'static [u8]>>(
+    blocks: &B,
+    key: (&str, u32),
+) -> Result<Option<(OwnedKey, Block)>> {
+    let Some(row) = blocks.range(key..)?.next() else {
+        return Ok(None);
+    };
+    let (k, v) = row?;
+    let last = k.value();
+    if !may_hold(v.value(), key).map_err(|r| corrupt(last, r))? {
+        return Ok(None);
+    }
     let block = Block::decode(v.value()).map_err(|r| corrupt(last, r))?;
     Ok(Some(((last.0.to_string(), last.1), block)))
 }
@@ -122,7 +142,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
                 return Ok(Some(block.clone()));
             }
         }
-        Ok(match block_holding(&self.blocks, key)? {
+        Ok(match block_maybe_holding(&self.blocks, key)? {
             Some((last, block)) => {
                 let block = std::rc::Rc::new(block);
                 *self.cache.borrow_mut() = Some((last, block.clone()));
@@ -344,7 +364,12 @@ impl<'txn> AttemptWriter<'txn> {
             .as_ref()
             .is_some_and(|((j, n), b)| !b.is_empty() && b.key(0) <= key && key <= (j.as_str(), *n));
         if !hit {
-            self.cache = block_holding(&self.blocks, key)?;
+            // A key the filter turns away leaves the last block unpacked in place, for the
+            // next lookup.
+            match block_maybe_holding(&self.blocks, key)? {
+                Some(block) => self.cache = Some(block),
+                None => return Ok(None),
+            }
         }
         Ok(self
             .cache
@@ -564,17 +589,31 @@ pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
     Ok(())
 }
 
+/// Rewrites every attempt block in format version 7's layout (framed, no key filter), rows
+/// unchanged ([`crate::storage::attempt_block::to_format_7`]): with `meta["format_version"]` set to 7
+/// after it, the file is what version 7 wrote (for tests of the migrations, or to hand a file back
+/// to an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not
+/// unpack.
+pub fn write_as_format_7(txn: &WriteTransaction) -> Result<()> {
+    rewrite_blocks(txn, crate::storage::attempt_block::to_format_7)
+}
+
 /// Rewrites every attempt block in format version 6's one-frame layout, rows unchanged
 /// ([`crate::storage::attempt_block::to_format_6`]): with `meta["format_version"]` set to 6 after it, the
 /// file is what version 6 wrote (for tests of the migrations, or to hand a file back to an older
 /// laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_6(txn: &WriteTransaction) -> Result<()> {
+    rewrite_blocks(txn, crate::storage::attempt_block::to_format_6)
+}
+
+/// Stores every attempt block again as `convert` gives it, under the same key.
+fn rewrite_blocks(txn: &WriteTransaction, convert: fn(&[u8]) -> std::result::Result<Vec<u8>, String>) -> Result<()> {
     let mut blocks = txn.open_table(ATTEMPT_BLOCK)?;
     let mut old = Vec::new();
     for row in blocks.iter()? {
         let (k, v) = row?;
         let (job, no) = k.value();
-        let stored = crate::storage::attempt_block::to_format_6(v.value()).map_err(|r| corrupt((job, no), r))?;
+        let stored = convert(v.value()).map_err(|r| corrupt((job, no), r))?;
         old.push(((job.to_string(), no), stored));
     }
     for ((job, no), stored) in old {

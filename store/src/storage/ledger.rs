@@ -349,10 +349,11 @@ impl Ledger {
     /// a version 2 or 3 file becomes one sorted run ([`crate::storage::idem_index`]); the chain of a version
     /// 2, 3 or 4 file is stored again without the hashes that can be computed (every hash
     /// unchanged); the attempt rows of a version 5 (or older) file are packed into blocks
-    /// ([`crate::storage::attempt_store`], every value unchanged); each becomes version 7, and the file is
-    /// compacted (redb moves its pages down and gives the freed space back). A version 6 file only
-    /// has its version raised: its blocks are read as they are (one values frame each, see
-    /// [`crate::storage::attempt_block`]) and rewritten framed when a write rewrites them.
+    /// ([`crate::storage::attempt_store`], every value unchanged); each becomes version 8, and the file is
+    /// compacted (redb moves its pages down and gives the freed space back). A version 6 or 7 file
+    /// only has its version raised: its blocks are read as they are (version 6: one values frame
+    /// each; version 7: framed, without a key filter; see [`crate::storage::attempt_block`]) and a
+    /// block a write rewrites gets version 8's layout.
     ///
     /// A file that exists but cannot be written is opened read-only: every read works and every
     /// write answers [`Error::ReadOnly`].

@@ -1,6 +1,6 @@
 //! The redb file engine: every table ([`tables`]), the [`Ledger`](ledger::Ledger) and its write
 //! transaction ([`ledger`], [`decision_ledger`]), the attempt rows in packed blocks
-//! ([`attempt_block`], [`attempt_store`]), the hash chain and `verify` ([`chain`]), the idem_key
+//! ([`attempt_block`], [`attempt_store`], their key filters [`key_filter`]), the hash chain and `verify` ([`chain`]), the idem_key
 //! index ([`idem_index`]), retention ([`retention`]) and the webhook log ([`webhook_sent`]).
 //!
 //! May import every folder below it ([`crate::model`], [`crate::policy`], [`crate::config`],
@@ -11,6 +11,7 @@ pub mod attempt_store;
 pub mod chain;
 pub mod decision_ledger;
 pub mod idem_index;
+pub mod key_filter;
 pub mod ledger;
 mod reject_seen;
 pub mod retention;

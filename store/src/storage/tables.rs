@@ -22,8 +22,11 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// are packed into blocks when it is opened, every value unchanged. Version 7 cuts a block's values
 /// into zstd frames of 16 KiB, so that one job's lookup unpacks one or two of them
 /// ([`crate::storage::attempt_block`]); a version 6 file's blocks, one frame each, are still read, so it
-/// only has its version raised when it is opened.
-pub const FORMAT_VERSION: u64 = 7;
+/// only has its version raised when it is opened. Version 8 gives each block a filter of its keys
+/// ([`crate::storage::key_filter`]), so that the write path's check for a new key inside the
+/// blocks' range (random ids) costs no unpacking; a version 7 or 6 file's blocks are still read, so
+/// it only has its version raised, and a block gets its filter when a write rewrites it.
+pub const FORMAT_VERSION: u64 = 8;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
