@@ -378,6 +378,25 @@ impl Block {
             .collect())
     }
 
+    /// The stored value of the row holding `key` in a stored block, if it holds one: the keys are
+    /// unpacked, and of the values only the frames the row lies in (the whole section in the
+    /// one-frame layout). Errors as [`Block::decode`].
+    pub fn row_value(stored: &[u8], key: (&str, u32)) -> Result<Option<Vec<u8>>, String> {
+        let s = sections(stored)?;
+        let (keys, rows) = s.keys()?;
+        let key_of = |r: &RowAt| (&keys[r.job.0 as usize..r.job.1 as usize], r.attempt_no);
+        let Ok(i) = rows.binary_search_by(|r| key_of(r).cmp(&(key.0.as_bytes(), key.1))) else {
+            return Ok(None);
+        };
+        let (start, end) = (
+            if i == 0 { 0 } else { rows[i - 1].value_end as usize },
+            rows[i].value_end as usize,
+        );
+        let mut values = Vec::new();
+        let at = s.values_onto(&mut values, start..end)?;
+        Ok(Some(values[at..at + end - start].to_vec()))
+    }
+
     /// The number of rows.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -751,9 +770,25 @@ mod tests {
             assert_eq!(Block::job_values(&old, &job).unwrap(), want, "{job}");
         }
 
+        for (job, n, v) in rows.iter().step_by(3) {
+            for stored in [&filtered, &framed, &old] {
+                assert_eq!(
+                    Block::row_value(stored, (job, *n)).unwrap().as_ref(),
+                    Some(v),
+                    "{job}/{n}"
+                );
+            }
+        }
+        for missing in [("job-00000", 2), ("job-", 1), ("zzz", 1)] {
+            assert_eq!(Block::row_value(&filtered, missing), Ok(None));
+        }
         let cut = &framed[..framed.len() - 1];
         assert_eq!(Block::decode(cut).unwrap_err(), "a values frame runs past the block");
         assert_eq!(Block::job_values(cut, "job-00001").unwrap().len(), 2);
+        assert_eq!(
+            Block::row_value(cut, ("job-00001", 2)).unwrap().as_ref(),
+            Some(&rows[2].2)
+        );
         assert!(Block::job_values(&old[..old.len() - 1], "job-00001").is_err());
     }
 

@@ -41,9 +41,6 @@ type OwnedKey = (String, u32);
 /// A row owned: its key and stored value.
 type OwnedRow = (OwnedKey, Vec<u8>);
 
-/// The last block a reader unpacked, under its last key.
-type CachedBlock = Option<(OwnedKey, std::rc::Rc<Block>)>;
-
 fn corrupt(key: impl std::fmt::Debug, reason: String) -> Error {
     Error::Corrupt {
         table: "attempt_block",
@@ -67,22 +64,55 @@ fn block_holding<B: ReadableTable<Key, &'static [u8]>>(
     Ok(Some(((last.0.to_string(), last.1), block)))
 }
 
-/// [`block_holding`] for a lookup of one key: also `None` when the block's key filter says it
-/// does not hold `key`, so that a new key costs no unpacking.
-fn block_maybe_holding<B: ReadableTable<Key, &'static [u8]>>(
-    blocks: &B,
-    key: (&str, u32),
-) -> Result<Option<(OwnedKey, Block)>> {
-    let Some(row) = blocks.range(key..)?.next() else {
-        return Ok(None);
-    };
-    let (k, v) = row?;
-    let last = k.value();
-    if !may_hold(v.value(), key).map_err(|r| corrupt(last, r))? {
-        return Ok(None);
+/// The lookups of single rows in the blocks, with what they keep between them: the last block
+/// unpacked whole, and the block of the lookup before if that one was only partly unpacked.
+///
+/// A key the block's filter turns away costs a probe. Any other lookup unpacks the keys and the
+/// one values frame its row lies in, unless the lookup before it landed in the same block: then
+/// the block is unpacked whole and kept. Lookups in key order (the changes after a write, a run of
+/// completions) unpack each block about once; scattered ones (random ids) unpack a fraction of
+/// the block each.
+#[derive(Default)]
+struct Lookups {
+    whole: Option<(OwnedKey, Block)>,
+    last_partial: Option<OwnedKey>,
+}
+
+impl Lookups {
+    /// Drops what is kept (the blocks were written).
+    fn forget(&mut self) {
+        *self = Lookups::default();
     }
-    let block = Block::decode(v.value()).map_err(|r| corrupt(last, r))?;
-    Ok(Some(((last.0.to_string(), last.1), block)))
+
+    /// The stored value the blocks hold for `key`.
+    fn get<B: ReadableTable<Key, &'static [u8]>>(&mut self, blocks: &B, key: (&str, u32)) -> Result<Option<Vec<u8>>> {
+        if let Some((last, block)) = &self.whole
+            && !block.is_empty()
+            && block.key(0) <= key
+            && key <= (last.0.as_str(), last.1)
+        {
+            return Ok(block.find(key).ok().map(|i| block.value(i).to_vec()));
+        }
+        let Some(row) = blocks.range(key..)?.next() else {
+            return Ok(None);
+        };
+        let (k, v) = row?;
+        let (last, stored) = (k.value(), v.value());
+        if !may_hold(stored, key).map_err(|r| corrupt(last, r))? {
+            return Ok(None);
+        }
+        let owned = (last.0.to_string(), last.1);
+        if self.last_partial.as_ref() == Some(&owned) {
+            let block = Block::decode(stored).map_err(|r| corrupt(last, r))?;
+            let value = block.find(key).ok().map(|i| block.value(i).to_vec());
+            self.whole = Some((owned, block));
+            self.last_partial = None;
+            return Ok(value);
+        }
+        let value = Block::row_value(stored, key).map_err(|r| corrupt(last, r))?;
+        self.last_partial = Some(owned);
+        Ok(value)
+    }
 }
 
 /// The next row of a delta range, owned.
@@ -121,7 +151,7 @@ pub enum Piece<'a> {
 pub struct AttemptRows<B, D> {
     blocks: B,
     delta: D,
-    cache: std::cell::RefCell<CachedBlock>,
+    lookups: std::cell::RefCell<Lookups>,
 }
 
 impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>> AttemptRows<B, D> {
@@ -130,26 +160,8 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
         AttemptRows {
             blocks,
             delta,
-            cache: Default::default(),
+            lookups: Default::default(),
         }
-    }
-
-    /// The unpacked block whose range holds `key`, reusing the last one unpacked.
-    fn block_for(&self, key: (&str, u32)) -> Result<Option<std::rc::Rc<Block>>> {
-        if let Some((last, block)) = self.cache.borrow().as_ref() {
-            let first = if block.is_empty() { None } else { Some(block.key(0)) };
-            if first.is_some_and(|f| f <= key) && key <= (last.0.as_str(), last.1) {
-                return Ok(Some(block.clone()));
-            }
-        }
-        Ok(match block_maybe_holding(&self.blocks, key)? {
-            Some((last, block)) => {
-                let block = std::rc::Rc::new(block);
-                *self.cache.borrow_mut() = Some((last, block.clone()));
-                Some(block)
-            }
-            None => None,
-        })
     }
 
     /// One row's stored value by its key. Errors: storage errors, [`Error::Corrupt`] for a block
@@ -158,9 +170,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
         if let Some(v) = self.delta.get((job_id, attempt_no))? {
             return Ok(Some(v.value().to_vec()));
         }
-        Ok(self
-            .block_for((job_id, attempt_no))?
-            .and_then(|b| b.find((job_id, attempt_no)).ok().map(|i| b.value(i).to_vec())))
+        self.lookups.borrow_mut().get(&self.blocks, (job_id, attempt_no))
     }
 
     /// One job's stored values in `attempt_no` order. Errors as [`AttemptRows::get`].
@@ -250,7 +260,7 @@ pub struct AttemptWriter<'txn> {
     /// was not full: it is taken out and packed again with them).
     tail: BlockBuilder,
     tail_open: bool,
-    cache: Option<(OwnedKey, Block)>,
+    lookups: Lookups,
     block_rows: u64,
     /// The unpacked bytes a block is filled to ([`raw_target`]).
     target: usize,
@@ -264,7 +274,7 @@ impl<'txn> AttemptWriter<'txn> {
             delta: txn.open_table(ATTEMPT)?,
             tail: BlockBuilder::default(),
             tail_open: false,
-            cache: None,
+            lookups: Lookups::default(),
             block_rows,
             target: raw_target(0, 0),
         })
@@ -310,7 +320,7 @@ impl<'txn> AttemptWriter<'txn> {
         if let Some(((job, no), block)) = last {
             self.blocks.remove((job.as_str(), no))?;
             self.tail.push_block(&block);
-            self.cache = None;
+            self.lookups.forget();
         }
         Ok(())
     }
@@ -359,22 +369,7 @@ impl<'txn> AttemptWriter<'txn> {
         if let Some(v) = self.tail.get(key) {
             return Ok(Some(v.to_vec()));
         }
-        let hit = self
-            .cache
-            .as_ref()
-            .is_some_and(|((j, n), b)| !b.is_empty() && b.key(0) <= key && key <= (j.as_str(), *n));
-        if !hit {
-            // A key the filter turns away leaves the last block unpacked in place, for the
-            // next lookup.
-            match block_maybe_holding(&self.blocks, key)? {
-                Some(block) => self.cache = Some(block),
-                None => return Ok(None),
-            }
-        }
-        Ok(self
-            .cache
-            .as_ref()
-            .and_then(|(_, b)| b.find(key).ok().map(|i| b.value(i).to_vec())))
+        self.lookups.get(&self.blocks, key)
     }
 
     /// Writes a row to the delta: a new row whose key does not sort above every key held, or the
@@ -388,7 +383,7 @@ impl<'txn> AttemptWriter<'txn> {
     pub fn remove(&mut self, keys: &std::collections::BTreeSet<(String, u32)>) -> Result<()> {
         self.store_tail()?;
         self.tail_open = false;
-        self.cache = None;
+        self.lookups.forget();
         for (job, no) in keys {
             self.delta.remove((job.as_str(), *no))?;
         }
@@ -433,7 +428,7 @@ impl<'txn> AttemptWriter<'txn> {
     /// every block is appended), and empties the delta. The delta is read in rounds of
     /// [`FOLD_ROUND`] rows, so a fold of millions (a migration) holds one round in memory.
     fn fold(&mut self) -> Result<()> {
-        self.cache = None;
+        self.lookups.forget();
         let mut after: Option<(String, u32)> = None;
         loop {
             let mut round = Vec::with_capacity(FOLD_ROUND.min(self.delta.len()? as usize));
