@@ -23,9 +23,6 @@ pub use crate::error::SweepStep;
 use crate::error::{Error, Result};
 use crate::review::metrics::WeekMetrics;
 use crate::session::Session;
-pub use crate::tables::retention_tables::{
-    scan_sweeps, scan_verify_runs, scan_week_snapshots, sweep_schema, verify_run_schema, week_snapshot_schema,
-};
 
 /// How to run [`sweep`].
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::session::Session;
-pub use crate::words::{format_count, format_ratio};
+use crate::words::{format_count, format_ratio};
 
 /// The alert thresholds (`lane.yaml` `alerts`): an alert fires when the week's value is above.
 /// Seed 000 gives the first two; the others are one per audit of the review.
