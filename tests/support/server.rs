@@ -58,6 +58,11 @@ impl ServerProcess {
         None
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
