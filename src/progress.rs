@@ -79,10 +79,12 @@ impl Progress for Shared {
         };
         self.rows.store(0, Ordering::Relaxed);
         if let Some(bar) = &self.bar {
-            bar.set_style(bar_style(total.is_some()));
-            bar.set_prefix(format!("{}: {name}:", self.what));
+            // Length and position first: a draw between two of these calls shows the new stage's
+            // figures, not the last stage's count over the new total.
             bar.set_length(total.unwrap_or(0));
             bar.set_position(0);
+            bar.set_prefix(format!("{}: {name}:", self.what));
+            bar.set_style(bar_style(total.is_some()));
         }
     }
 
