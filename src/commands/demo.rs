@@ -32,6 +32,7 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyh
     let db = dir.join("demo.redb");
     let ledger = Ledger::open(&db)?;
     let mut total = Counters::default();
+    let reporter = crate::progress::Reporter::new("ingest");
     for f in &files {
         let name = f.display().to_string();
         // Files named decisions-* hold gate decisions (seed 003); the rest hold attempts.
@@ -50,10 +51,13 @@ pub fn run(addr: SocketAddr, data: Option<PathBuf>, server: &ServerArgs) -> anyh
             kind,
             InputFormat::from_path(&name),
             laneledger_store::DEFAULT_BATCH,
+            &reporter,
+            super::ingest::rows(&total),
         )?;
         println!("{name}: {counters}");
         total.merge(&counters);
     }
+    reporter.finish();
     println!("demo ledger {}: {total}", db.display());
     let lane_yaml = data.join("lane.yaml");
     let config = super::load_config(lane_yaml.exists().then_some(lane_yaml.as_path()))?;

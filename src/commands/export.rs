@@ -45,7 +45,9 @@ pub fn run(
             return server.export(format_name, out, since_text, until_text);
         }
     };
-    let summary = export::export_with(&ledger, format, out, since, until, &gate)?;
+    let reporter = crate::progress::Reporter::new("export");
+    let summary = export::export_with_progress(&ledger, format, out, since, until, &gate, &reporter)?;
+    reporter.finish();
     super::print(&format!("{summary}\n"))?;
     Ok(ExitCode::SUCCESS)
 }

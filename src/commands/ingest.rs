@@ -1,26 +1,23 @@
 //! `laneledger ingest`.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use laneledger_store::format::parse::Framed;
 use laneledger_store::format::sqlite_source::SqliteSource;
 use laneledger_store::ingest::mapping::source::{self, SourceReader};
 use laneledger_store::ingest::mapping::{InputShape, MappedFeed, Mapping, ingest_mapped};
 use laneledger_store::{
-    Counters, IngestReport, InputFormat, Ledger, format_timestamp, ingest_decisions_reader, ingest_reader,
-    try_ingest_framed,
+    Counters, IngestReport, InputFormat, Ledger, Progress, format_timestamp, ingest_decisions_reader_with_progress,
+    ingest_reader_with_progress, try_ingest_framed,
 };
 
 use super::usage::usage;
 use crate::cli::{FormatArg, KindArg};
-
-/// Inputs at least this large get a progress bar (when stderr is a terminal).
-const PROGRESS_BYTES: u64 = 8 << 20;
+use crate::progress::Reporter;
 /// Problems printed per input; the rest are counted and kept in the ledger.
 const PRINT_PROBLEMS: usize = 50;
 
@@ -72,17 +69,18 @@ pub fn run(
         }
     };
     let mut total = Counters::default();
+    let reporter = Reporter::new("ingest");
     for name in files {
         let fmt = match format {
             Some(FormatArg::Csv) => InputFormat::Csv,
             Some(FormatArg::Ndjson) => InputFormat::Ndjson,
             Some(FormatArg::Sqlite) => {
-                total.merge(&ingest_sqlite(&ledger, name, table, batch)?);
+                total.merge(&ingest_sqlite(&ledger, name, table, batch, &reporter, rows(&total))?);
                 continue;
             }
             None => InputFormat::from_path(name),
         };
-        let counters = ingest_one(&ledger, name, kind, fmt, batch)?;
+        let counters = ingest_one(&ledger, name, kind, fmt, batch, &reporter, rows(&total))?;
         total.merge(&counters);
     }
     // Copy-on-write commits and a file grown ahead of its pages leave space unused; give it back
@@ -92,6 +90,7 @@ pub fn run(
             .compact()
             .with_context(|| format!("compacting {} after the ingest", db.display()))?;
     }
+    reporter.finish();
     println!("{total}");
     Ok(if total.rejected > 0 || total.conflicts > 0 {
         ExitCode::from(3)
@@ -100,54 +99,68 @@ pub fn run(
     })
 }
 
+/// The records of one input (all write results count: accepted, completed, duplicate,
+/// conflicting, rejected).
+pub fn rows(c: &Counters) -> u64 {
+    c.accepted + c.completed + c.duplicates + c.conflicts + c.rejected
+}
+
+/// Progress of one input within a command that ingests several: `before` rows came before it.
+struct After<'a> {
+    progress: &'a dyn Progress,
+    before: u64,
+}
+
+impl Progress for After<'_> {
+    fn done(&self, rows: u64) {
+        self.progress.done(self.before + rows);
+    }
+}
+
+/// Ingests one input, telling `reporter` the records written so far (`before` of them came from
+/// the inputs before: one count for the whole command); its problems are printed out of the
+/// bar's way.
 pub fn ingest_one(
     ledger: &Ledger,
     name: &str,
     kind: KindArg,
     fmt: InputFormat,
     batch: usize,
+    reporter: &Reporter,
+    before: u64,
 ) -> anyhow::Result<Counters> {
-    let (reader, size): (Box<dyn BufRead>, Option<u64>) = if name == "-" {
-        (Box::new(BufReader::new(std::io::stdin().lock())), None)
+    let progress = &After {
+        progress: reporter,
+        before,
+    };
+    let reader: Box<dyn BufRead> = if name == "-" {
+        Box::new(BufReader::new(std::io::stdin().lock()))
     } else {
         let f = File::open(name).with_context(|| format!("opening {name}"))?;
-        let size = f.metadata().ok().map(|m| m.len());
-        (Box::new(BufReader::with_capacity(1 << 16, f)), size)
-    };
-    let bar = match size {
-        Some(n) if n >= PROGRESS_BYTES && std::io::stderr().is_terminal() => {
-            let bar = ProgressBar::new(n).with_message(name.to_string());
-            bar.set_style(
-                ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                    .expect("a fixed template parses")
-                    .progress_chars("=> "),
-            );
-            Some(bar)
-        }
-        _ => None,
-    };
-    let progress = |bytes| {
-        if let Some(b) = &bar {
-            b.set_position(bytes);
-        }
+        Box::new(BufReader::with_capacity(1 << 16, f))
     };
     let report = match kind {
-        KindArg::Attempts => ingest_reader(ledger, name, reader, fmt, batch, progress)?,
-        KindArg::Decisions => ingest_decisions_reader(ledger, name, reader, fmt, batch, progress)?,
+        KindArg::Attempts => ingest_reader_with_progress(ledger, name, reader, fmt, batch, progress)?,
+        KindArg::Decisions => ingest_decisions_reader_with_progress(ledger, name, reader, fmt, batch, progress)?,
     };
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    print_problems(name, &report);
+    reporter.suspend(|| print_problems(name, &report));
     Ok(report.counters)
 }
 
 /// Ingests the rows of one SQLite table (seed 000's `job_attempt`) as attempts; rejects and
 /// conflicts name the row's rowid.
-fn ingest_sqlite(ledger: &Ledger, name: &str, table: &str, batch: usize) -> anyhow::Result<Counters> {
+fn ingest_sqlite(
+    ledger: &Ledger,
+    name: &str,
+    table: &str,
+    batch: usize,
+    reporter: &Reporter,
+    before: u64,
+) -> anyhow::Result<Counters> {
     let rows = SqliteSource::open(Path::new(name), name, table)?;
-    let report = try_ingest_framed(ledger, name, rows, batch, |_| {})?;
-    print_problems(name, &report);
+    // The count given is of rows read, which is the rows written when a batch is committed.
+    let report = try_ingest_framed(ledger, name, rows, batch, |n| reporter.done(before + n))?;
+    reporter.suspend(|| print_problems(name, &report));
     Ok(report.counters)
 }
 
@@ -209,10 +222,13 @@ pub fn run_mapped(db: &Path, kind: KindArg, o: &MappedOptions, files: &[String])
     };
     let mut total = Counters::default();
     let (mut skipped, mut fallback) = (0u64, 0u64);
+    let reporter = Reporter::new("ingest");
     for name in &inputs {
         let records = mapped_records(&mapping, o.format, name)?;
-        let report = ingest_mapped(&ledger, &mapping, name, records, o.batch, |_| {})?;
-        print_problems(name, &report.ingest);
+        let before = rows(&total);
+        // The records the mapping gave so far, which are the rows written when a batch commits.
+        let report = ingest_mapped(&ledger, &mapping, name, records, o.batch, |n| reporter.done(before + n))?;
+        reporter.suspend(|| print_problems(name, &report.ingest));
         total.merge(&report.ingest.counters);
         skipped += report.skipped;
         fallback += report.idem_fallback;
@@ -222,6 +238,7 @@ pub fn run_mapped(db: &Path, kind: KindArg, o: &MappedOptions, files: &[String])
             .compact()
             .with_context(|| format!("compacting {} after the ingest", db.display()))?;
     }
+    reporter.finish();
     println!("{total}");
     if skipped > 0 {
         println!(

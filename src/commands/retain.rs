@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use laneledger_query::Session;
-use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep};
+use laneledger_query::archive::retention::{SweepOptions, SweepOutcome, sweep_with_progress};
 use laneledger_query::words::counted;
 use laneledger_store::storage::retention::{RetentionRule, SweepPlan};
 use laneledger_store::{format_timestamp, now_micros, parse_timestamp};
@@ -88,6 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         super::open_existing(&args.db)?
     };
+    let reporter = crate::progress::Reporter::new("retain");
     let outcome = super::runtime()?.block_on(async {
         let session = Session::with_config(ledger, config).await?;
         let opts = SweepOptions {
@@ -96,9 +97,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             archive: args.archive.clone(),
             abort_after: None,
         };
-        sweep(&session, now, &opts).await
+        sweep_with_progress(&session, now, &opts, reporter.handle()).await
     });
     let outcome = outcome.with_context(|| format!("sweeping {}", args.db.display()))?;
+    reporter.finish();
     let text = match outcome {
         SweepOutcome::DryRun(plan) => format!("dry run, nothing written: would remove {}", describe(&plan)),
         SweepOutcome::NothingToRemove(plan) => format!(

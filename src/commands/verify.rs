@@ -20,7 +20,9 @@ pub fn run(db: &Path, now: Option<&str>) -> anyhow::Result<ExitCode> {
         Err(e) => return super::remote::through_server(db, e)?.verify(),
     };
     // The chain check first: it names the record a damaged value belongs to.
-    let report = ledger.verify()?;
+    let reporter = crate::progress::Reporter::new("verify");
+    let report = ledger.verify_with_progress(&reporter)?;
+    reporter.finish();
     // Then redb's checksum of every page, for damage no record shows (a page header, an index).
     let ledger = if report.first_bad.is_none() && !ledger.is_read_only() {
         drop(ledger);

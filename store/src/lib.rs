@@ -11,7 +11,8 @@
 //! # The folders, in import order
 //!
 //! Each folder imports only from the folders above it in this list (and from [`error`], the
-//! crate's error type); none imports from a folder below it.
+//! crate's error type, and [`progress`], how long work reports how far it has come); none imports
+//! from a folder below it.
 //!
 //! 1. [`model`] — what a record is (attempt, lane, timestamps) and SPEC 2's merge of two reports.
 //! 2. [`policy`] — the seeds' pure routing rules (lane, refusal, dwell gate).
@@ -42,6 +43,7 @@ pub mod format;
 pub mod ingest;
 pub mod model;
 pub mod policy;
+pub mod progress;
 pub mod storage;
 
 pub use config::LaneConfig;
@@ -52,9 +54,11 @@ pub use format::decision::{
 };
 pub use format::parse::{AttemptReader, Framed, InputFormat, LineReader, Parsed, RecordDecoder};
 pub use ingest::{
-    DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_framed, ingest_reader, try_ingest_framed,
+    DEFAULT_BATCH, IngestReport, ingest_decisions_reader, ingest_decisions_reader_with_progress, ingest_framed,
+    ingest_reader, ingest_reader_with_progress, try_ingest_framed,
 };
 pub use model::record::{Attempt, AttemptRef, Conflict, Lane, Outcome, Reject, StoredAttempt, StoredAttemptRef};
 pub use model::time::{format_timestamp, now_micros, parse_timestamp};
+pub use progress::{Progress, Silent};
 pub use storage::chain::AttemptChanges;
 pub use storage::ledger::{AttemptChunk, Counters, Incoming, Ledger, LedgerDb, WriteResult, decode_attempt_ref};

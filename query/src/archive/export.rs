@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, NaiveDate, Utc};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use laneledger_store::progress::{Progress, RowCounter, Silent};
 use laneledger_store::{Ledger, StoredAttempt, StoredDecision};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -237,6 +238,24 @@ pub fn export_with(
     until: Option<i64>,
     gate: &GateDefaults,
 ) -> Result<ExportSummary> {
+    export_with_progress(ledger, format, out, since, until, gate, &Silent)
+}
+
+/// [`export_with`], telling `progress` how far it has come in two stages: `reading` (the
+/// attempts read from the ledger, of those it holds) and `writing` (the attempts in range
+/// written to files, of those read in range). The ledger's tables that a Parquet export writes
+/// after them are one step.
+///
+/// Errors: as [`export`].
+pub fn export_with_progress(
+    ledger: &Ledger,
+    format: ExportFormat,
+    out: &Path,
+    since: Option<i64>,
+    until: Option<i64>,
+    gate: &GateDefaults,
+    progress: &dyn Progress,
+) -> Result<ExportSummary> {
     if let (Some(s), Some(u)) = (since, until)
         && s >= u
     {
@@ -249,13 +268,16 @@ pub fn export_with(
     let in_range = |t: i64| since.is_none_or(|s| t >= s) && until.is_none_or(|u| t < u);
     let mut days = DayBatchers::default();
     let mut pushed = Ok(());
+    let mut read = RowCounter::stage(progress, "reading", Some(ledger.attempt_count()?));
     ledger.for_each_attempt(|s| {
+        read.add(1);
         if pushed.is_ok() && in_range(s.attempt.started_at) {
             pushed = days.push(&s);
         }
     })?;
+    read.finish();
     pushed?;
-    let mut summary = days.write(format, out, DEFAULT_FILE_STEM)?;
+    let mut summary = days.write(format, out, DEFAULT_FILE_STEM, progress)?;
     if format == ExportFormat::Parquet {
         summary.tables = write_ledger_tables(ledger, out, &in_range, gate)?;
     }
@@ -310,9 +332,11 @@ fn write_ledger_tables(
         let day_dir = dir.join(format!("day={day}"));
         let path = day_dir.join("gate_decision.parquet");
         let bytes =
-            write_file(&day_dir, &path, ExportFormat::Parquet, &schema, &batches).map_err(|source| Error::Export {
-                path: path.clone(),
-                source,
+            write_file(&day_dir, &path, ExportFormat::Parquet, &schema, &batches, &mut |_| {}).map_err(|source| {
+                Error::Export {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         table.rows += rows.len() as u64;
         table.bytes += bytes;
@@ -336,9 +360,11 @@ fn write_ledger_tables(
         let dir = root.join(name);
         let path = dir.join(format!("{name}.parquet"));
         let bytes =
-            write_file(&dir, &path, ExportFormat::Parquet, &schema, &batches).map_err(|source| Error::Export {
-                path: path.clone(),
-                source,
+            write_file(&dir, &path, ExportFormat::Parquet, &schema, &batches, &mut |_| {}).map_err(|source| {
+                Error::Export {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         tables.push(ExportedTable {
             table: name,
@@ -380,11 +406,25 @@ pub fn write_attempts_named(
     out: &Path,
     file_stem: &str,
 ) -> Result<ExportSummary> {
+    write_attempts_with_progress(attempts, format, out, file_stem, &Silent)
+}
+
+/// [`write_attempts_named`], telling `progress` the attempts written (stage `writing`, of the
+/// attempts given).
+///
+/// Errors: as [`write_attempts_named`].
+pub fn write_attempts_with_progress(
+    attempts: impl IntoIterator<Item = StoredAttempt>,
+    format: ExportFormat,
+    out: &Path,
+    file_stem: &str,
+    progress: &dyn Progress,
+) -> Result<ExportSummary> {
     let mut days = DayBatchers::default();
     for s in attempts {
         days.push(&s)?;
     }
-    days.write(format, out, file_stem)
+    days.write(format, out, file_stem, progress)
 }
 
 /// `job_attempt` batches, one batcher a UTC day of `started_at`.
@@ -407,8 +447,14 @@ impl DayBatchers {
             .push(s)
     }
 
-    /// Writes one file a day into `out`.
-    fn write(self, format: ExportFormat, out: &Path, file_stem: &str) -> Result<ExportSummary> {
+    /// Writes one file a day into `out`, telling `progress` the rows written (stage `writing`).
+    fn write(
+        self,
+        format: ExportFormat,
+        out: &Path,
+        file_stem: &str,
+        progress: &dyn Progress,
+    ) -> Result<ExportSummary> {
         if file_stem.is_empty() || file_stem.starts_with('.') || file_stem.contains(['/', '\\']) {
             return Err(Error::Export {
                 path: out.join(file_stem),
@@ -432,37 +478,43 @@ impl DayBatchers {
             tables: Vec::new(),
         };
         let schema = job_attempt::schema();
+        let total = self.days.values().map(|b| b.rows() as u64).sum();
+        let mut written = RowCounter::stage(progress, "writing", Some(total));
         for (day, batcher) in self.days {
             let rows = batcher.rows() as u64;
             let batches = batcher.finish()?;
             let dir = out.join(format!("day={day}"));
             let path = dir.join(format!("{file_stem}.{}", format.extension()));
-            let bytes = write_file(&dir, &path, format, &schema, &batches).map_err(|source| Error::Export {
-                path: path.clone(),
-                source,
-            })?;
+            let on_batch = &mut |n: usize| written.add(n as u64);
+            let bytes =
+                write_file(&dir, &path, format, &schema, &batches, on_batch).map_err(|source| Error::Export {
+                    path: path.clone(),
+                    source,
+                })?;
             summary.rows += rows;
             summary.bytes += bytes;
             summary.files.push(ExportedFile { day, path, rows, bytes });
         }
+        written.finish();
         Ok(summary)
     }
 }
 
 /// Writes `batches` (of `schema`) to `path` (in folder `dir`) through a hidden temp file and a
-/// rename; returns the file's size in bytes.
+/// rename; returns the file's size in bytes. `on_batch` is told the rows of each batch written.
 fn write_file(
     dir: &Path,
     path: &Path,
     format: ExportFormat,
     schema: &SchemaRef,
     batches: &[RecordBatch],
+    on_batch: &mut dyn FnMut(usize),
 ) -> std::result::Result<u64, ExportWriteError> {
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(DEFAULT_FILE_STEM);
     remove_stale_temps(dir, name)?;
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = write_tmp(&tmp, format, schema, batches).and_then(|()| {
+    let written = write_tmp(&tmp, format, schema, batches, on_batch).and_then(|()| {
         std::fs::rename(&tmp, path)?;
         sync_dir(dir)?;
         Ok(std::fs::metadata(path)?.len())
@@ -480,6 +532,7 @@ fn write_tmp(
     format: ExportFormat,
     schema: &SchemaRef,
     batches: &[RecordBatch],
+    on_batch: &mut dyn FnMut(usize),
 ) -> std::result::Result<(), ExportWriteError> {
     let file = BufWriter::new(File::create(tmp)?);
     let file = match format {
@@ -488,6 +541,7 @@ fn write_tmp(
             let mut w = ArrowWriter::try_new(file, schema.clone(), Some(props))?;
             for b in batches {
                 w.write(b)?;
+                on_batch(b.num_rows());
             }
             w.into_inner()?
         }
@@ -495,6 +549,7 @@ fn write_tmp(
             let mut w = arrow::ipc::writer::FileWriter::try_new(file, schema)?;
             for b in batches {
                 w.write(b)?;
+                on_batch(b.num_rows());
             }
             w.finish()?;
             w.into_inner()?
@@ -507,6 +562,7 @@ fn write_tmp(
                 .build(file);
             for b in batches {
                 w.write(b)?;
+                on_batch(b.num_rows());
             }
             w.into_inner()
         }

@@ -14,8 +14,10 @@
 //! (each `laneledger verify`), read by [`crate::tables::retention_tables`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use laneledger_store::format_timestamp;
+use laneledger_store::progress::{Progress, Silent};
 use laneledger_store::storage::chain::VerifyRun;
 use laneledger_store::storage::retention::{RetentionRule, SweepPlan, SweepRecord, WeekFigures};
 
@@ -101,8 +103,9 @@ fn figures(m: &WeekMetrics) -> Result<WeekFigures> {
 
 /// Writes `attempts` under `dir` as Parquet, one `day=YYYY-MM-DD/` folder a UTC day of
 /// `started_at` ([`crate::archive::export::write_attempts`]).
-fn write_archive(attempts: Vec<laneledger_store::StoredAttempt>, dir: &Path) -> Result<()> {
-    crate::archive::export::write_attempts(attempts, crate::archive::export::ExportFormat::Parquet, dir)
+fn write_archive(attempts: Vec<laneledger_store::StoredAttempt>, dir: &Path, progress: &dyn Progress) -> Result<()> {
+    use crate::archive::export::{DEFAULT_FILE_STEM, ExportFormat, write_attempts_with_progress};
+    write_attempts_with_progress(attempts, ExportFormat::Parquet, dir, DEFAULT_FILE_STEM, progress)
         .map(|_| ())
         .map_err(|e| Error::Archive(e.to_string()))
 }
@@ -115,11 +118,27 @@ fn write_archive(attempts: Vec<laneledger_store::StoredAttempt>, dir: &Path) -> 
 /// nothing removed); `laneledger_store::Error::SweepStale` when the ledger changed meanwhile
 /// (nothing removed; run again); storage errors.
 pub async fn sweep(session: &Session, now: i64, opts: &SweepOptions) -> Result<SweepOutcome> {
+    sweep_with_progress(session, now, opts, Arc::new(Silent)).await
+}
+
+/// [`sweep`], telling `progress` how far it has come, stage by stage: the plan's walks of the
+/// attempts ([`laneledger_store::Ledger::plan_sweep_with_progress`]), `writing` the archive, and
+/// the plan checked again before the removal
+/// ([`laneledger_store::Ledger::commit_sweep_with_progress`]).
+///
+/// Errors: as [`sweep`].
+pub async fn sweep_with_progress(
+    session: &Session,
+    now: i64,
+    opts: &SweepOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<SweepOutcome> {
     let ledger = session.ledger().clone();
     let rule = opts.rule;
     let plan = {
         let ledger = ledger.clone();
-        blocking(move || Ok(ledger.plan_sweep(now, rule)?)).await?
+        let progress = progress.clone();
+        blocking(move || Ok(ledger.plan_sweep_with_progress(now, rule, progress.as_ref())?)).await?
     };
     if opts.dry_run {
         return Ok(SweepOutcome::DryRun(plan));
@@ -154,13 +173,14 @@ pub async fn sweep(session: &Session, now: i64, opts: &SweepOptions) -> Result<S
             let attempts = plan.attempts.clone();
             let abort = opts.abort_after;
             let (d, p) = (dir.clone(), partial.clone());
+            let progress = progress.clone();
             blocking(move || {
                 let io = |e: std::io::Error| Error::Archive(format!("{}: {e}", p.display()));
                 if p.exists() {
                     std::fs::remove_dir_all(&p).map_err(io)?;
                 }
                 std::fs::create_dir_all(&p).map_err(io)?;
-                write_archive(attempts, &p)?;
+                write_archive(attempts, &p, progress.as_ref())?;
                 if abort == Some(SweepStep::ArchiveWritten) {
                     return Err(Error::Aborted(SweepStep::ArchiveWritten));
                 }
@@ -179,7 +199,7 @@ pub async fn sweep(session: &Session, now: i64, opts: &SweepOptions) -> Result<S
     }
     let committed = {
         let plan = plan.clone();
-        blocking(move || Ok(ledger.commit_sweep(&plan, archive, &snapshots)?)).await?
+        blocking(move || Ok(ledger.commit_sweep_with_progress(&plan, archive, &snapshots, progress.as_ref())?)).await?
     };
     Ok(match committed {
         Some(record) => SweepOutcome::Swept { plan, record },

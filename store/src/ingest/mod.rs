@@ -15,6 +15,7 @@ use crate::format::decision::{Decision, DecisionDecoder, IncomingDecision};
 use crate::format::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 use crate::model::record::{Attempt, Reject};
 use crate::model::time::format_timestamp;
+use crate::progress::Progress;
 use crate::storage::ledger::{Counters, Incoming, Ledger, WriteResult};
 
 /// Records per write transaction: each batch is one fsync'd commit.
@@ -127,9 +128,22 @@ pub fn ingest_reader<R: BufRead>(
     reader: R,
     format: InputFormat,
     batch: usize,
-    progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64),
 ) -> Result<IngestReport> {
-    ingest::<Attempts, R>(ledger, source, reader, format, batch, progress)
+    ingest::<Attempts, R>(ledger, source, reader, format, batch, |bytes, _| progress(bytes))
+}
+
+/// [`ingest_reader`], telling `progress` the records written so far (accepted, completed,
+/// duplicate, conflicting and rejected alike) after each batch commits.
+pub fn ingest_reader_with_progress<R: BufRead>(
+    ledger: &Ledger,
+    source: &str,
+    reader: R,
+    format: InputFormat,
+    batch: usize,
+    progress: &dyn Progress,
+) -> Result<IngestReport> {
+    ingest::<Attempts, R>(ledger, source, reader, format, batch, |_, rows| progress.done(rows))
 }
 
 /// Reads every gate decision (SPEC 1.2) of `reader` and writes them in batches of `batch` records,
@@ -141,14 +155,27 @@ pub fn ingest_decisions_reader<R: BufRead>(
     reader: R,
     format: InputFormat,
     batch: usize,
-    progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64),
 ) -> Result<IngestReport> {
-    ingest::<Decisions, R>(ledger, source, reader, format, batch, progress)
+    ingest::<Decisions, R>(ledger, source, reader, format, batch, |bytes, _| progress(bytes))
+}
+
+/// [`ingest_decisions_reader`], telling `progress` the records written so far after each batch
+/// commits, as [`ingest_reader_with_progress`] does.
+pub fn ingest_decisions_reader_with_progress<R: BufRead>(
+    ledger: &Ledger,
+    source: &str,
+    reader: R,
+    format: InputFormat,
+    batch: usize,
+    progress: &dyn Progress,
+) -> Result<IngestReport> {
+    ingest::<Decisions, R>(ledger, source, reader, format, batch, |_, rows| progress.done(rows))
 }
 
 /// One batch on its way to the writing thread: the records, their line numbers, their names for
 /// conflict messages (empty when the write hands the records back, [`Kind::HANDS_BACK`]), and
-/// the input bytes read when it was cut (for `progress`).
+/// the input bytes read when it was cut (for `progress`, beside the records written).
 type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
 /// A batch written: its results beside its line numbers, names and bytes read, and the records
 /// themselves when the write handed them back (dropped on the parsing thread).
@@ -161,7 +188,7 @@ fn ingest<K: Kind, R: BufRead>(
     reader: R,
     format: InputFormat,
     batch: usize,
-    progress: impl FnMut(u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<IngestReport> {
     let records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
     ingest_feed::<K, _>(ledger, source, records, batch, progress)
@@ -224,26 +251,28 @@ pub fn try_ingest_framed(
     source: &str,
     records: impl Iterator<Item = std::io::Result<Framed<Attempt>>>,
     batch: usize,
-    progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64),
 ) -> Result<IngestReport> {
     let feed = Counted {
         inner: records,
         yielded: 0,
     };
-    ingest_feed::<Attempts, _>(ledger, source, feed, batch, progress)
+    ingest_feed::<Attempts, _>(ledger, source, feed, batch, |read, _| progress(read))
 }
 
 /// Reads (parses) on this thread while a second thread writes (and fsyncs) the batch before, so
 /// decoding and the commit overlap; batches are written one at a time, in input order, and the
-/// report is built in that order as each commit returns.
+/// report is built in that order as each commit returns. `progress(position, records written)`
+/// is called after each commit.
 fn ingest_feed<K: Kind, F: Feed<<K::Decoder as RecordDecoder>::Record>>(
     ledger: &Ledger,
     source: &str,
     mut records: F,
     batch: usize,
-    mut progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64, u64),
 ) -> Result<IngestReport> {
     let mut report = IngestReport::default();
+    let mut written_rows = 0u64;
     std::thread::scope(|scope| {
         // At most one batch waits while one is being written: memory stays at two batches.
         let (to_writer, batches) = std::sync::mpsc::sync_channel::<Batch<K::Incoming>>(1);
@@ -265,7 +294,8 @@ fn ingest_feed<K: Kind, F: Feed<<K::Decoder as RecordDecoder>::Record>>(
             };
             record_results(source, &results, &lines, name, report);
             drop(spent);
-            progress(bytes);
+            written_rows += results.len() as u64;
+            progress(bytes, written_rows);
             Ok(())
         };
         let mut pending: Vec<K::Incoming> = Vec::with_capacity(batch);

@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::model::record::StoredAttempt;
 use crate::model::time::format_timestamp;
+use crate::progress::{Progress, RowCounter};
 use crate::storage::ledger::{Ledger, decode, encode};
 use crate::storage::tables::{
     ATTEMPT, ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT,
@@ -769,12 +770,14 @@ fn check_table<K: redb::Key + 'static>(
     digest: &KeyDigest,
     expected: &mut HashMap<u128, (Hash, u64)>,
     found: &mut Vec<(u64, BadRecord)>,
+    checked: &mut RowCounter,
 ) -> Result<u64> {
     let table = txn.open_table(def)?;
     let mut records = 0;
     for row in table.iter()? {
         let (k, v) = row?;
         records += 1;
+        checked.add(1);
         check_record(key_of(k.value()), v.value(), digest, expected, found);
     }
     Ok(records)
@@ -820,9 +823,17 @@ impl Ledger {
     /// with the lowest chain position is the first (an added record, which has none, comes after).
     /// Errors: storage errors only; what is wrong with the ledger is in the report.
     pub fn verify(&self) -> Result<VerifyReport> {
+        self.verify_with_progress(&crate::progress::Silent)
+    }
+
+    /// [`Ledger::verify`], telling `progress` how far it has come in two stages: `chain` (the
+    /// entries walked, of the entries counted) and `records` (the records compared, of the
+    /// records the chain names).
+    pub fn verify_with_progress(&self, progress: &dyn Progress) -> Result<VerifyReport> {
         let txn = self.database().begin_read()?;
         let chain = txn.open_table(CHAIN_BLOCK)?;
         let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
+        let mut walked = RowCounter::stage(progress, "chain", Some(counted));
         // The checkpoints as stored. The walk crosses removed runs by them; one whose stored bytes
         // do not match its own intact chain entry is named first, once the walk has met every
         // entry (a checkpoint's entry comes after the run it stands for).
@@ -920,12 +931,14 @@ impl Ledger {
             let first = k.value();
             match block_entries(first, v.value()) {
                 Ok(entries) => {
+                    walked.add(entries.len() as u64);
                     for (n, _, decoded) in entries {
                         let bad = step(n, decoded, walk_bad.is_none());
                         walk_bad = walk_bad.or(bad);
                     }
                 }
                 Err(reason) => {
+                    walked.add(1);
                     let bad = step(first, Err(reason), walk_bad.is_none());
                     walk_bad = walk_bad.or(bad);
                 }
@@ -965,6 +978,8 @@ impl Ledger {
         if entries > 0 && stored_tip.as_deref() != Some(prev.as_slice()) {
             return Ok(chain_bad(next - 1, Problem::TipChanged));
         }
+        walked.finish();
+        let mut checked = RowCounter::stage(progress, "records", Some(expected.len() as u64));
         let mut found = Vec::new();
         let mut records = 0;
         crate::storage::attempt_store::read_rows(&txn)?.walk(false, |piece| -> Result<()> {
@@ -974,6 +989,7 @@ impl Ledger {
             } = piece
             {
                 records += 1;
+                checked.add(1);
                 let key = RecordKey::Attempt {
                     job_id: job_id.to_string(),
                     attempt_no,
@@ -989,6 +1005,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -997,6 +1014,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -1008,6 +1026,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -1016,6 +1035,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -1024,6 +1044,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -1032,6 +1053,7 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
         records += check_table(
             &txn,
@@ -1040,7 +1062,9 @@ impl Ledger {
             &digest,
             &mut expected,
             &mut found,
+            &mut checked,
         )?;
+        checked.finish();
         // Entries whose record is gone: counted, and the first named from its entry.
         let removed = expected.len() as u64;
         if let Some(n) = expected.into_values().map(|(_, n)| n).min() {

@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use crate::config::LaneConfig;
 use crate::error::{Error, Result};
 use crate::model::record::StoredAttempt;
+use crate::progress::{Progress, RowCounter};
 use crate::storage::attempt_store::{ATTEMPT_ROWS, AttemptRows, AttemptWriter, BLOCK_ROWS, Key, Piece};
 use crate::storage::chain::{CHAIN_ENTRIES, ChainWriter, CheckpointRecord, EntryKind, Hash, RecordKey, to_hex};
 use crate::storage::idem_index::IdemIndex;
@@ -243,11 +244,20 @@ struct Job {
     attempts: Vec<(StoredAttempt, Vec<u8>)>,
 }
 
+/// How a plan tells its progress: the stage names of its two walks of the attempt table (the
+/// jobs, then the idempotency keys of the jobs due) and the attempts the table holds.
+struct PlanProgress<'a> {
+    progress: &'a dyn Progress,
+    stages: [&'static str; 2],
+    attempts: u64,
+}
+
 /// The plan over one snapshot of the attempt table.
 fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>(
     rows: &AttemptRows<B, D>,
     now: i64,
     rule: RetentionRule,
+    p: PlanProgress,
 ) -> Result<SweepPlan> {
     let cutoff = rule.cutoff(now);
     let abandon = rule.abandon_cutoff(now);
@@ -268,10 +278,12 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
             kept_open += 1;
         }
     };
+    let mut scanned = RowCounter::stage(p.progress, p.stages[0], Some(p.attempts));
     rows.walk(false, |piece| -> Result<()> {
         let Piece::Row { value, .. } = piece else {
             return Ok(());
         };
+        scanned.add(1);
         let a = decode_attempt(value)?;
         match current.as_mut() {
             Some(job) if job.id == a.attempt.job_id => job.attempts.push((a, value.to_vec())),
@@ -290,6 +302,7 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
     if let Some(job) = current.take() {
         close(job, &mut candidates);
     }
+    scanned.finish();
 
     // Every attempt of the candidates' idem_keys: (job_id, started_at).
     let keys: HashSet<&str> = candidates
@@ -298,8 +311,10 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
         .collect();
     let mut by_key: HashMap<String, Vec<(String, i64)>> = HashMap::new();
     if !keys.is_empty() {
+        let mut scanned = RowCounter::stage(p.progress, p.stages[1], Some(p.attempts));
         rows.walk(false, |piece| -> Result<()> {
             if let Piece::Row { value, .. } = piece {
+                scanned.add(1);
                 let a = decode_attempt(value)?.attempt;
                 if keys.contains(a.idem_key.as_str()) {
                     by_key.entry(a.idem_key).or_default().push((a.job_id, a.started_at));
@@ -307,6 +322,7 @@ fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'stati
             }
             Ok(())
         })?;
+        scanned.finish();
     }
     let mut removed: HashSet<String> = candidates.iter().map(|j| j.id.clone()).collect();
     let mut kept_reconcile = 0u64;
@@ -378,8 +394,26 @@ impl Ledger {
     /// What a sweep at `now` (µs since the epoch, UTC) under `rule` would remove, from one
     /// snapshot (SPEC 6). Writes nothing. Errors: storage errors, a record that cannot be decoded.
     pub fn plan_sweep(&self, now: i64, rule: RetentionRule) -> Result<SweepPlan> {
+        self.plan_sweep_with_progress(now, rule, &crate::progress::Silent)
+    }
+
+    /// [`Ledger::plan_sweep`], telling `progress` the attempts read in two stages: `planning`
+    /// (every attempt, to find the jobs due) and `idempotency keys` (every attempt again, for
+    /// the keys of the jobs due; only when some are).
+    pub fn plan_sweep_with_progress(
+        &self,
+        now: i64,
+        rule: RetentionRule,
+        progress: &dyn Progress,
+    ) -> Result<SweepPlan> {
         let txn = self.database().begin_read()?;
-        plan_from(&crate::storage::attempt_store::read_rows(&txn)?, now, rule)
+        let attempts = txn.open_table(COUNTER)?.get(ATTEMPT_ROWS)?.map_or(0, |v| v.value());
+        let p = PlanProgress {
+            progress,
+            stages: ["planning", "idempotency keys"],
+            attempts,
+        };
+        plan_from(&crate::storage::attempt_store::read_rows(&txn)?, now, rule, p)
     }
 
     /// Removes what `plan` names in one write transaction and returns the `retention_sweep` row,
@@ -397,13 +431,34 @@ impl Ledger {
         archive: Option<String>,
         snapshots: &[WeekFigures],
     ) -> Result<Option<SweepRecord>> {
+        self.commit_sweep_with_progress(plan, archive, snapshots, &crate::progress::Silent)
+    }
+
+    /// [`Ledger::commit_sweep`], telling `progress` the attempts read while the plan is checked
+    /// again inside the write transaction, in two stages as [`Ledger::plan_sweep_with_progress`]
+    /// does (`checking the plan`, `checking idempotency keys`), then `removing`: one step, whose
+    /// count (the attempts removed) comes when the transaction commits.
+    pub fn commit_sweep_with_progress(
+        &self,
+        plan: &SweepPlan,
+        archive: Option<String>,
+        snapshots: &[WeekFigures],
+        progress: &dyn Progress,
+    ) -> Result<Option<SweepRecord>> {
         let txn = self.database().begin_write()?;
         let record;
         {
+            let attempts = txn.open_table(COUNTER)?.get(ATTEMPT_ROWS)?.map_or(0, |v| v.value());
+            let p = PlanProgress {
+                progress,
+                stages: ["checking the plan", "checking idempotency keys"],
+                attempts,
+            };
             let fresh = plan_from(
                 &AttemptRows::new(txn.open_table(ATTEMPT_BLOCK)?, txn.open_table(ATTEMPT)?),
                 plan.now,
                 plan.rule,
+                p,
             )?;
             if fresh.digest != plan.digest {
                 return Err(Error::SweepStale {
@@ -414,6 +469,8 @@ impl Ledger {
             if fresh.is_empty() {
                 return Ok(None);
             }
+            // The removal below is one step: its count comes when the transaction commits.
+            progress.stage("removing", Some(fresh.attempts.len() as u64));
             let mut gone: HashSet<RecordKey> = HashSet::with_capacity(fresh.attempts.len());
             let mut keys = std::collections::BTreeSet::new();
             for s in &fresh.attempts {
@@ -483,6 +540,7 @@ impl Ledger {
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
         }
         txn.commit()?;
+        progress.done(record.rows_removed);
         self.bump_generation();
         Ok(Some(record))
     }
