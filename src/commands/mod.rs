@@ -221,7 +221,7 @@ pub fn open_existing(db: &Path) -> anyhow::Result<Ledger> {
 /// ([`Ledger::open_to_read`]).
 pub fn open_to_read(db: &Path) -> anyhow::Result<Ledger> {
     must_exist(db)?;
-    opened(db, Ledger::open_to_read(db))
+    opened(db, migrating(|p| Ledger::open_to_read_with_progress(db, p)))
 }
 
 /// [`open_existing`] with redb's integrity check first ([`Ledger::open_checked`]): for `verify`.
@@ -249,7 +249,16 @@ fn must_exist(db: &Path) -> anyhow::Result<()> {
 /// Opens (or creates) the ledger at `db`. When the file was written by an older release it is
 /// migrated first, and stderr says so: the older release can no longer open it.
 pub fn open(db: &Path) -> anyhow::Result<Ledger> {
-    opened(db, Ledger::open(db))
+    opened(db, migrating(|p| Ledger::open_with_progress(db, p)))
+}
+
+/// Runs an open that may migrate an older file with a progress bar or lines, which show only
+/// when the migration takes long ([`crate::progress::Reporter`]).
+fn migrating<T>(open: impl FnOnce(&dyn laneledger_store::progress::Progress) -> T) -> T {
+    let reporter = crate::progress::Reporter::new("migrating");
+    let opened = open(&reporter);
+    reporter.finish();
+    opened
 }
 
 /// The migration notice of [`open`] for a ledger just opened (or the error, with the path).

@@ -95,3 +95,38 @@ fn ingest_verify_and_a_sweep_report_their_rows_exactly() {
     l.plan_sweep_with_progress(now, rule, &log).unwrap();
     assert_eq!(log.take(), stage("planning", 5_000));
 }
+
+/// Opening a format 5 file packs its attempt rows into blocks, and says how far it has come;
+/// opening a current file reports nothing.
+#[test]
+fn a_migration_reports_the_rows_it_packs() {
+    use laneledger_store::storage::tables::META;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.redb");
+    {
+        let l = Ledger::open(&path).unwrap();
+        let text: Vec<String> = (0..10_000).map(line).collect();
+        laneledger_store::ingest_reader(
+            &l,
+            "a.ndjson",
+            text.join("\n").as_bytes(),
+            InputFormat::Ndjson,
+            3_000,
+            |_| {},
+        )
+        .unwrap();
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_5(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 5).unwrap();
+        txn.commit().unwrap();
+    }
+    let log = Log::default();
+    let l = Ledger::open_with_progress(&path, &log).unwrap();
+    assert_eq!(l.migrated_from(), Some(5));
+    // One fold round of up to 65,536 rows: counted when it starts, and again at the stage's end.
+    assert_eq!(log.take(), ["stage packing attempt rows Some(10000)", "10000", "10000"]);
+    assert_eq!(l.attempt_count().unwrap(), 10_000);
+    drop(l);
+    let l = Ledger::open_with_progress(&path, &log).unwrap();
+    assert_eq!((l.migrated_from(), log.take()), (None, Vec::<String>::new()));
+}

@@ -18,6 +18,7 @@ use std::ops::Bound;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use crate::error::{Error, Result};
+use crate::progress::{Progress, RowCounter, Silent};
 use crate::storage::attempt_block::{
     Block, BlockBuilder, STORED_MAX, block_raw_bytes, block_rows, may_hold, raw_target,
 };
@@ -426,8 +427,9 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Merges every delta row into the blocks, rewriting the blocks they fall in (a row above
     /// every block is appended), and empties the delta. The delta is read in rounds of
-    /// [`FOLD_ROUND`] rows, so a fold of millions (a migration) holds one round in memory.
-    fn fold(&mut self) -> Result<()> {
+    /// [`FOLD_ROUND`] rows, so a fold of millions (a migration) holds one round in memory. Each
+    /// round's rows are counted on `count`.
+    fn fold(&mut self, count: &mut RowCounter<'_>) -> Result<()> {
         self.lookups.forget();
         let mut after: Option<(String, u32)> = None;
         loop {
@@ -447,6 +449,7 @@ impl<'txn> AttemptWriter<'txn> {
             }
             let Some((last, _)) = round.last() else { break };
             after = Some(last.clone());
+            count.add(round.len() as u64);
             self.fold_round(round)?;
         }
         self.delta.retain(|_, _| false)?;
@@ -496,12 +499,17 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Stores the rows appended, folds the delta into the blocks when it holds a quarter as many
     /// rows as they do (or `fold_all`), and returns the new [`BLOCK_ROWS`] count.
-    pub fn finish(mut self, fold_all: bool) -> Result<u64> {
+    pub fn finish(self, fold_all: bool) -> Result<u64> {
+        self.finish_counted(fold_all, &mut RowCounter::stage(&Silent, "", None))
+    }
+
+    /// [`AttemptWriter::finish`], counting the rows a fold merges on `count`.
+    fn finish_counted(mut self, fold_all: bool, count: &mut RowCounter<'_>) -> Result<u64> {
         self.store_tail()?;
         self.tail_open = false;
         let delta = self.delta.len()?;
         if delta > 0 && (fold_all || delta * 4 >= self.block_rows) {
-            self.fold()?;
+            self.fold(count)?;
             self.store_tail()?;
         }
         Ok(self.block_rows)
@@ -522,9 +530,11 @@ pub fn read_rows(txn: &ReadTransaction) -> Result<ReadRows> {
 /// Format version 5 to 6: every row of the `attempt` table, where a version 5 file keeps them
 /// all, is packed into blocks, values unchanged; sets the [`BLOCK_ROWS`] and [`ATTEMPT_ROWS`]
 /// counters.
-pub(crate) fn migrate_v5(txn: &WriteTransaction) -> Result<()> {
+pub(crate) fn migrate_v5(txn: &WriteTransaction, progress: &dyn Progress) -> Result<()> {
     let rows = txn.open_table(ATTEMPT)?.len()?;
-    let block_rows = AttemptWriter::open(txn, 0)?.finish(true)?;
+    let mut count = RowCounter::stage(progress, "packing attempt rows", Some(rows));
+    let block_rows = AttemptWriter::open(txn, 0)?.finish_counted(true, &mut count)?;
+    count.finish();
     let mut counter = txn.open_table(COUNTER)?;
     counter.insert(BLOCK_ROWS, block_rows)?;
     counter.insert(ATTEMPT_ROWS, rows)?;

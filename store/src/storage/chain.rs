@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redb::{ReadableMultimapTable, ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadableMultimapTable, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -1234,8 +1234,9 @@ impl Ledger {
 
 /// Chains every record of a format-version-1 ledger, in table order (attempts and decisions by
 /// their append `seq`, conflicts and rejects by arrival number), inside `txn`.
-pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
+pub(crate) fn migrate_v1(txn: &WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<u64> {
     let mut chain = ChainWriter::open(txn, 0)?;
+    let mut count = crate::progress::RowCounter::stage(progress, "chaining records", None);
     {
         let t = txn.open_table(ATTEMPT)?;
         let mut rows: Vec<(u64, RecordKey, Vec<u8>)> = Vec::new();
@@ -1255,6 +1256,7 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
         rows.sort_by_key(|r| r.0);
         for (_, key, value) in rows {
             chain.append(EntryKind::Insert, key, &value)?;
+            count.add(1);
         }
     }
     for (def, key_of) in [
@@ -1265,6 +1267,7 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
         for row in t.iter()? {
             let (k, v) = row?;
             chain.append(EntryKind::Insert, key_of(k.value()), v.value())?;
+            count.add(1);
         }
     }
     {
@@ -1286,6 +1289,7 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
         rows.sort_by_key(|r| r.0);
         for (_, key, value) in rows {
             chain.append(EntryKind::Insert, key, &value)?;
+            count.add(1);
         }
     }
     {
@@ -1293,8 +1297,10 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
         for row in t.iter()? {
             let (k, v) = row?;
             chain.append(EntryKind::Insert, RecordKey::DecisionConflict(k.value()), v.value())?;
+            count.add(1);
         }
     }
+    count.finish();
     chain.finish()
 }
 
@@ -1302,9 +1308,10 @@ pub(crate) fn migrate_v1(txn: &WriteTransaction) -> Result<u64> {
 /// becomes blocks of up to 4,096 consecutive positions (a gap a sweep left starts a new block) in
 /// [`CHAIN_BLOCK_V4`], and the idem_key multimap becomes [`ATTEMPT_IDEM`]. Entry bytes are copied
 /// as they are, so every hash, and the tip, stay the same. Both old tables are deleted.
-pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
+pub(crate) fn migrate_v2(txn: &WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<()> {
     {
         let old = txn.open_table(CHAIN_V2)?;
+        let mut count = crate::progress::RowCounter::stage(progress, "moving the chain", Some(old.len()?));
         let mut blocks = txn.open_table(CHAIN_BLOCK_V4)?;
         let (mut block, mut first, mut len, mut last) = (Vec::new(), 0u64, 0usize, 0u64);
         for row in old.iter()? {
@@ -1321,10 +1328,12 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
             push_frame(&mut block, v.value());
             len += 1;
             last = n;
+            count.add(1);
         }
         if len > 0 {
             blocks.insert(first, block.as_slice())?;
         }
+        count.finish();
     }
     txn.delete_table(CHAIN_V2)?;
     {
@@ -1350,7 +1359,7 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction) -> Result<()> {
 /// whose framing is broken are stored with a CRC that does not match (verify names them as
 /// changed), and an entry that does not link to the one before it starts a block whose `prev` is
 /// the one it stored (verify names the broken link).
-pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
+pub(crate) fn migrate_v4(txn: &WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<()> {
     /// Blocks being built from version 4 entries.
     struct Builder<'t> {
         table: Table<'t, u64, &'static [u8]>,
@@ -1406,9 +1415,11 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
             next: 0,
             prev: Some(GENESIS),
         };
+        let mut count = crate::progress::RowCounter::stage(progress, "storing the chain again", None);
         for row in old.iter()? {
             let (k, v) = row?;
             let first = k.value();
+            count.add(1);
             let Ok(frames) = split_frames(v.value()) else {
                 b.push(first, b.prev.unwrap_or(GENESIS), &unreadable(v.value()))?;
                 b.prev = None;
@@ -1431,6 +1442,7 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction) -> Result<()> {
             }
         }
         b.flush()?;
+        count.finish();
         // No entry (a version 1 file, chained in version 5 already): the tip stays as it is.
         tip = b.prev.filter(|_| b.next > 0);
     }

@@ -29,7 +29,7 @@
 //! it is written in the transaction that inserts the row and removed in the retention sweep's
 //! transaction that removes it.
 
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, ReadableTableMetadata, Table};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -635,9 +635,10 @@ impl<'txn> IdemIndex<'txn> {
 
 /// Moves a format-version-3 ledger to version 4 inside `txn`: the idem_key B-tree
 /// ([`ATTEMPT_IDEM`], already in key order) becomes one run, and the table is deleted.
-pub(crate) fn migrate_v3(txn: &redb::WriteTransaction) -> Result<()> {
+pub(crate) fn migrate_v3(txn: &redb::WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<()> {
     {
         let old = txn.open_table(ATTEMPT_IDEM)?;
+        let mut count = crate::progress::RowCounter::stage(progress, "idem_key index", Some(old.len()?));
         let mut index = IdemIndex::open(txn)?;
         let run = index.next_run()?;
         let mut w = RunWriter::new(run);
@@ -645,7 +646,9 @@ pub(crate) fn migrate_v3(txn: &redb::WriteTransaction) -> Result<()> {
             let (k, _) = row?;
             let (idem_key, job_id, attempt_no) = k.value();
             w.push(&mut index.blocks, idem_key.as_bytes(), job_id.as_bytes(), attempt_no)?;
+            count.add(1);
         }
+        count.finish();
         w.finish(&mut index.blocks, &mut index.dir)?;
     }
     txn.delete_table(ATTEMPT_IDEM)?;

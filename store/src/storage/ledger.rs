@@ -363,7 +363,14 @@ impl Ledger {
     /// cannot be written, [`Error::Damaged`] when redb finds its pages damaged, [`Error::Storage`]
     /// for anything else redb reports.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Self::open_with(path.as_ref(), false)
+        Self::open_with(path.as_ref(), false, &crate::progress::Silent)
+    }
+
+    /// [`Ledger::open`], telling `progress` how far a migration of an older file has come (one
+    /// stage a migration step; nothing when the file is current). The compaction after a
+    /// migration from version 5 or older is not counted.
+    pub fn open_with_progress(path: impl AsRef<Path>, progress: &dyn crate::progress::Progress) -> Result<Self> {
+        Self::open_with(path.as_ref(), false, progress)
     }
 
     /// [`Ledger::open`], first checking the checksum of every page of the file (redb's integrity
@@ -371,10 +378,10 @@ impl Ledger {
     /// [`Error::Damaged`] instead of being read; `laneledger verify` opens this way. A read-only
     /// file is opened without the check (redb's check commits).
     pub fn open_checked(path: impl AsRef<Path>) -> Result<Self> {
-        Self::open_with(path.as_ref(), true)
+        Self::open_with(path.as_ref(), true, &crate::progress::Silent)
     }
 
-    fn open_with(path: &Path, check_integrity: bool) -> Result<Self> {
+    fn open_with(path: &Path, check_integrity: bool, progress: &dyn crate::progress::Progress) -> Result<Self> {
         let path = path.to_path_buf();
         let mut builder = Database::builder();
         builder
@@ -416,20 +423,20 @@ impl Ledger {
                 }
                 Some(v) if v < FORMAT_VERSION => {
                     if v < 2 {
-                        let chained = crate::storage::chain::migrate_v1(&txn)?;
+                        let chained = crate::storage::chain::migrate_v1(&txn, progress)?;
                         txn.open_table(COUNTER)?.insert(CHAIN_ENTRIES, chained)?;
                     }
                     if v < 3 {
-                        crate::storage::chain::migrate_v2(&txn)?;
+                        crate::storage::chain::migrate_v2(&txn, progress)?;
                     }
                     if v < 4 {
-                        crate::storage::idem_index::migrate_v3(&txn)?;
+                        crate::storage::idem_index::migrate_v3(&txn, progress)?;
                     }
                     if v < 5 {
-                        crate::storage::chain::migrate_v4(&txn)?;
+                        crate::storage::chain::migrate_v4(&txn, progress)?;
                     }
                     if v < 6 {
-                        crate::storage::attempt_store::migrate_v5(&txn)?;
+                        crate::storage::attempt_store::migrate_v5(&txn, progress)?;
                     }
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
@@ -483,9 +490,20 @@ impl Ledger {
     /// [`Ledger::open`] does: one of an older format (migrated) or one a crash left needing
     /// recovery (repaired). Errors as [`Ledger::open`].
     pub fn open_to_read(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_to_read_with_progress(path, &crate::progress::Silent)
+    }
+
+    /// [`Ledger::open_to_read`], telling `progress` how far a migration has come, as
+    /// [`Ledger::open_with_progress`] does.
+    pub fn open_to_read_with_progress(
+        path: impl AsRef<Path>,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<Self> {
         let path = path.as_ref();
         match Self::open_read_only(path) {
-            Err(Error::ReadOnlyNeedsMigration { .. } | Error::Storage(redb::Error::RepairAborted)) => Self::open(path),
+            Err(Error::ReadOnlyNeedsMigration { .. } | Error::Storage(redb::Error::RepairAborted)) => {
+                Self::open_with_progress(path, progress)
+            }
             opened => opened,
         }
     }
