@@ -164,6 +164,15 @@ pub enum IdsArg {
     Random,
 }
 
+/// The order the drill writes its attempts in.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OrderArg {
+    /// Job by job, each job's attempts together.
+    Job,
+    /// By started_at, jobs interleaved, as a router logs them.
+    Time,
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -366,6 +375,11 @@ pub enum Command {
         /// like the UUIDs most routers write).
         #[arg(long, value_enum, default_value = "sequential")]
         ids: IdsArg,
+        /// The order of the attempts: `job` (each job's attempts together, job after job) or
+        /// `time` (the same attempts by started_at, as a router logs them: jobs interleave and a
+        /// retry comes after what other jobs started meanwhile; ties in job order, then attempt_no).
+        #[arg(long, value_enum, default_value = "job")]
+        order: OrderArg,
         /// Write here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,

@@ -815,6 +815,66 @@ fn drill_regenerates_the_sample_data_byte_for_byte() {
     }
 }
 
+/// `--order time` writes the very lines of `--order job` (the default), sorted by started_at with
+/// jobs interleaved, and composes with `--ids random`: the same order, the ids renamed.
+#[test]
+fn drill_in_time_order_writes_the_job_order_lines_by_start() {
+    // 3,000 jobs in 1.2 hours: one every 1.44 s, so a job's retries start after later jobs begin.
+    let drill = |extra: &[&str]| {
+        let mut args = vec![
+            "drill", "--jobs", "3000", "--policy", "nopin", "--seed", "1", "--days", "0.05",
+        ];
+        args.extend(extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let fields = |text: &str| -> Vec<(String, String, u64)> {
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["started_at"].as_str().unwrap().to_string(),
+                    v["job_id"].as_str().unwrap().to_string(),
+                    v["attempt_no"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let changes = |rows: &[(String, String, u64)]| rows.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let by_default = drill(&[]);
+    let by_job = drill(&["--order", "job"]);
+    let by_time = drill(&["--order", "time"]);
+    assert_eq!(by_default, by_job, "job order is the default");
+    assert_ne!(by_time, by_job);
+    let mut a: Vec<&str> = by_job.lines().collect();
+    let mut b: Vec<&str> = by_time.lines().collect();
+    assert_eq!((a.len(), b.len()), (4320, 4320));
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "the same lines");
+    let (job_rows, time_rows) = (fields(&by_job), fields(&by_time));
+    assert!(
+        time_rows.windows(2).all(|w| w[0].0 <= w[1].0),
+        "started_at never goes back"
+    );
+    assert!(job_rows.windows(2).any(|w| w[0].0 > w[1].0), "job order does go back");
+    assert_eq!(changes(&job_rows), 2999, "job order: one change a job");
+    assert_eq!(changes(&time_rows), 4277, "time order: jobs interleave");
+
+    let random = drill(&["--order", "time", "--ids", "random"]);
+    let random_rows = fields(&random);
+    assert_eq!(random_rows.len(), 4320);
+    assert!(random_rows.windows(2).all(|w| w[0].0 <= w[1].0));
+    assert_eq!(changes(&random_rows), 4277);
+    // Job 8 starts first (each synthetic job starts up to a minute after its even slot).
+    assert_eq!(time_rows[0].1, "job-000008");
+    assert_eq!(random_rows[0].1, "job-9e5651b0ef953636");
+    for (s, r) in time_rows.iter().zip(&random_rows) {
+        assert_eq!((&s.0, s.2), (&r.0, r.2), "the same attempt at each line");
+    }
+}
+
 #[test]
 fn a_missing_input_file_stops_ingest_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();

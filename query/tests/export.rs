@@ -29,7 +29,7 @@ const SAMPLE_ATTEMPTS: [&str; 5] = [
 ];
 
 /// The DuckDB release `.ci/run` installs.
-const DUCKDB_PIP: &str = "pip install duckdb==1.5.6";
+const DUCKDB_PIP: &str = "pip install duckdb==2.0.1";
 
 const FORMATS: [ExportFormat; 3] = [ExportFormat::Parquet, ExportFormat::Arrow, ExportFormat::Csv];
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use laneledger_store::drill::{self, DrillConfig, DrillIds, Policy, SplitMix64};
+use laneledger_store::drill::{self, DrillConfig, DrillIds, DrillOrder, Policy, SplitMix64};
 
-use crate::cli::{IdsArg, PolicyArg};
+use crate::cli::{IdsArg, OrderArg, PolicyArg};
 
 pub struct Args {
     pub jobs: Option<usize>,
@@ -18,6 +18,7 @@ pub struct Args {
     pub trace: Option<PathBuf>,
     pub job_prefix: String,
     pub ids: IdsArg,
+    pub order: OrderArg,
     pub out: Option<PathBuf>,
 }
 
@@ -57,20 +58,26 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             IdsArg::Random => DrillIds::Random,
         },
     };
-    let attempts = drill::run(&cfg, &jobs, &mut rng);
+    let order = match a.order {
+        OrderArg::Job => DrillOrder::Job,
+        OrderArg::Time => DrillOrder::Time,
+    };
     let out: Box<dyn Write> = match &a.out {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
     };
     let mut out = std::io::BufWriter::new(out);
     let eol = if crlf { "\r\n" } else { "\n" };
-    for (i, attempt) in attempts.iter().enumerate() {
-        if i > 0 {
+    // Each attempt is written as it comes: a drill of millions is never held at once.
+    let mut written = 0usize;
+    drill::run_each(&cfg, &jobs, &mut rng, order, |attempt| {
+        if written > 0 {
             out.write_all(eol.as_bytes())?;
         }
-        serde_json::to_writer(&mut out, &attempt.to_json())?;
-    }
-    if final_newline && !attempts.is_empty() {
+        written += 1;
+        serde_json::to_writer(&mut out, &attempt.to_json()).map_err(std::io::Error::from)
+    })?;
+    if final_newline && written > 0 {
         out.write_all(eol.as_bytes())?;
     }
     out.flush()?;

@@ -127,6 +127,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             trace,
             job_prefix,
             ids,
+            order,
             out,
         } => drill::run(drill::Args {
             jobs,
@@ -137,6 +138,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             trace,
             job_prefix,
             ids,
+            order,
             out,
         }),
         Command::Export {

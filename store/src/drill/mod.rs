@@ -65,6 +65,17 @@ pub enum DrillIds {
     Random,
 }
 
+/// The order the drill writes its attempts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DrillOrder {
+    /// Job by job, each job's attempts in attempt order.
+    #[default]
+    Job,
+    /// By `started_at`, as a router logs them: jobs interleave and a retry comes after the
+    /// attempts other jobs started meanwhile. Ties keep job order, then attempt_no.
+    Time,
+}
+
 /// The 16 hex digits a [`DrillIds::Random`] drill gives job number `i`: the first output of
 /// [`SplitMix64`] seeded with `i`, a bijection of u64, so distinct jobs get distinct ids.
 pub fn random_id(i: u64) -> String {
@@ -187,10 +198,133 @@ pub fn synthetic(cfg: &DrillConfig, n: usize, start: i64, days: f64) -> Vec<Atte
 /// Routes every job under the policy and returns their attempts, job by job, in attempt order.
 pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<Attempt> {
     let mut out = Vec::with_capacity(jobs.len() * 14 / 10);
-    let width = jobs.len().saturating_sub(1).to_string().len().max(6);
-    let mut free_key = 0usize;
-    let mut paid_key = 0usize;
-    for (i, job) in jobs.iter().enumerate() {
+    let pushed: Result<usize, std::convert::Infallible> = run_each(cfg, jobs, rng, DrillOrder::Job, |a| {
+        out.push(a);
+        Ok(())
+    });
+    let Ok(_) = pushed;
+    out
+}
+
+/// Routes every job under the policy and hands each attempt to `emit` in `order`, one at a time,
+/// so that a drill of millions of attempts is written without holding them. The attempts are the
+/// same in either order: the random stream is drawn job by job, and `Time` only reorders them.
+/// Returns the most attempts held at once waiting for their turn (0 in job order). Stops at
+/// `emit`'s first error.
+///
+/// Time order keeps a min-heap of routed attempts keyed by (`started_at`, job, attempt_no) and,
+/// after routing job `i`, writes those that start no later than the earliest start of the jobs
+/// still to route: none of their attempts can come before (each starts at or after its job's
+/// first). The jobs are not in time order themselves (a synthetic job starts up to 60 s after its
+/// even slot; a trace need not be sorted), so the bound is the minimum over all later jobs, not
+/// the next job's start. A job's attempts start within (`MAX_ATTEMPTS_PER_TURN` − 1) × 35 s of its
+/// first (a client timeout of 30 s plus at most 5 s of backoff between attempts), so in a
+/// synthetic drill the heap holds only the attempts that start within that window and the jitter
+/// (a trace out of time order holds more, but still comes out in order).
+pub fn run_each<E>(
+    cfg: &DrillConfig,
+    jobs: &[DrillJob],
+    rng: &mut SplitMix64,
+    order: DrillOrder,
+    mut emit: impl FnMut(Attempt) -> Result<(), E>,
+) -> Result<usize, E> {
+    let mut router = Router::new(cfg, jobs.len());
+    let mut routed = Vec::with_capacity(MAX_ATTEMPTS_PER_TURN as usize);
+    match order {
+        DrillOrder::Job => {
+            for (i, job) in jobs.iter().enumerate() {
+                router.route(i, job, rng, &mut routed);
+                for a in routed.drain(..) {
+                    emit(a)?;
+                }
+            }
+            Ok(0)
+        }
+        DrillOrder::Time => {
+            // later_start[i]: the earliest first attempt of jobs i.. (i64::MAX past the last).
+            let mut later_start = vec![i64::MAX; jobs.len() + 1];
+            for i in (0..jobs.len()).rev() {
+                later_start[i] = later_start[i + 1].min(jobs[i].start);
+            }
+            let mut pending = std::collections::BinaryHeap::new();
+            let mut most = 0;
+            for (i, job) in jobs.iter().enumerate() {
+                router.route(i, job, rng, &mut routed);
+                for a in routed.drain(..) {
+                    pending.push(Pending { job: i, attempt: a });
+                }
+                most = most.max(pending.len());
+                // A tie with a later job's start is written now: ties go in job order.
+                while pending
+                    .peek()
+                    .is_some_and(|p| p.attempt.started_at <= later_start[i + 1])
+                {
+                    if let Some(p) = pending.pop() {
+                        emit(p.attempt)?;
+                    }
+                }
+            }
+            Ok(most)
+        }
+    }
+}
+
+/// An attempt waiting in time order's heap: ordered so that the heap's top is the earliest
+/// (`started_at`, job, attempt_no).
+struct Pending {
+    job: usize,
+    attempt: Attempt,
+}
+
+impl Pending {
+    fn key(&self) -> (i64, usize, u32) {
+        (self.attempt.started_at, self.job, self.attempt.attempt_no)
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // BinaryHeap is a max-heap: reversed, its top is the smallest key.
+        other.key().cmp(&self.key())
+    }
+}
+
+/// What routing carries from one job to the next: the ids' width and the round-robin of keys.
+struct Router<'a> {
+    cfg: &'a DrillConfig,
+    width: usize,
+    free_key: usize,
+    paid_key: usize,
+}
+
+impl<'a> Router<'a> {
+    fn new(cfg: &'a DrillConfig, jobs: usize) -> Self {
+        Router {
+            cfg,
+            width: jobs.saturating_sub(1).to_string().len().max(6),
+            free_key: 0,
+            paid_key: 0,
+        }
+    }
+
+    /// Routes job `i` and appends its attempts to `out`, in attempt order.
+    fn route(&mut self, i: usize, job: &DrillJob, rng: &mut SplitMix64, out: &mut Vec<Attempt>) {
+        let cfg = self.cfg;
+        let width = self.width;
         let number = match cfg.ids {
             DrillIds::Sequential => format!("{i:0width$}"),
             DrillIds::Random => random_id(i as u64),
@@ -218,12 +352,12 @@ pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<At
             };
             let (key_id, pool_id, model) = match lane {
                 Lane::Free => {
-                    free_key += 1;
-                    (format!("free-key-{:02}", free_key % 10), "free-pool", "free-model")
+                    self.free_key += 1;
+                    (format!("free-key-{:02}", self.free_key % 10), "free-pool", "free-model")
                 }
                 Lane::Paid | Lane::Named(_) => {
-                    paid_key += 1;
-                    (format!("paid-key-{:02}", paid_key % 4), "paid-pool", "paid-model")
+                    self.paid_key += 1;
+                    (format!("paid-key-{:02}", self.paid_key % 4), "paid-pool", "paid-model")
                 }
             };
             let (http_status, provider_code, seconds) = match (lane, outcome) {
@@ -293,7 +427,6 @@ pub fn run(cfg: &DrillConfig, jobs: &[DrillJob], rng: &mut SplitMix64) -> Vec<At
             t = client_end + rng.micros_between(1.0, 5.0);
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -355,6 +488,100 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), 2000, "distinct jobs get distinct ids");
+    }
+
+    /// Time order writes the job-order attempts again, sorted by (started_at, job, attempt_no),
+    /// with jobs interleaved, while holding a few attempts at a time.
+    #[test]
+    fn time_order_sorts_the_same_attempts_by_start_holding_few() {
+        let mut rng = SplitMix64::new(1);
+        // 5,000 jobs in 2 hours: one every 1.44 s, so retries overlap later jobs.
+        let jobs = synthetic_jobs(5000, 0, 2.0 / 24.0, &mut rng);
+        let cfg = DrillConfig {
+            policy: Policy::NoPin,
+            seed: 1,
+            job_prefix: String::new(),
+            ids: DrillIds::Sequential,
+        };
+        let by_job = run(&cfg, &jobs, &mut rng.clone());
+        let mut by_time = Vec::new();
+        let most = run_each(&cfg, &jobs, &mut rng.clone(), DrillOrder::Time, |a| {
+            by_time.push(a);
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .unwrap();
+        assert_eq!(by_job.len(), 7150);
+        assert_eq!(by_time.len(), 7150);
+        let key = |a: &Attempt| (a.started_at, a.job_id.clone(), a.attempt_no);
+        let mut sorted = by_job.clone();
+        sorted.sort_by_key(key);
+        assert_eq!(by_time, sorted, "the same attempts, by (started_at, job, attempt_no)");
+        assert_ne!(by_time, by_job);
+        let changes = |xs: &[Attempt]| xs.windows(2).filter(|w| w[0].job_id != w[1].job_id).count();
+        assert_eq!(changes(&by_job), 4999, "job order: one change a job");
+        assert_eq!(changes(&by_time), 7076, "time order: retries land among other jobs");
+        assert_eq!(most, 46, "attempts held at once");
+        let mut none = 0;
+        let held = run_each(&cfg, &jobs, &mut rng.clone(), DrillOrder::Job, |_| {
+            none += 1;
+            Ok::<_, std::convert::Infallible>(())
+        });
+        assert_eq!((held, none), (Ok(0), 7150));
+    }
+
+    /// A trace whose rows are out of time order still comes out sorted: the heap waits for the
+    /// earliest of the jobs still to come, not the next one.
+    #[test]
+    fn time_order_waits_for_a_later_row_that_starts_earlier() {
+        let job = |start| DrillJob {
+            start,
+            free_tokens: (10, 5),
+            paid_tokens: (10, 5),
+        };
+        let jobs = [job(100_000_000), job(200_000_000), job(50_000_000), job(100_000_000)];
+        let cfg = DrillConfig {
+            policy: Policy::Pin,
+            seed: 4,
+            job_prefix: String::new(),
+            ids: DrillIds::Sequential,
+        };
+        let mut out = Vec::new();
+        run_each(&cfg, &jobs, &mut SplitMix64::new(4), DrillOrder::Time, |a| {
+            out.push((a.started_at, a.job_id, a.attempt_no));
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .unwrap();
+        let firsts: Vec<_> = out.iter().filter(|a| a.2 == 1).map(|a| (a.0, a.1.as_str())).collect();
+        assert_eq!(
+            firsts,
+            [
+                (50_000_000, "job-000002"),
+                (100_000_000, "job-000000"),
+                (100_000_000, "job-000003"),
+                (200_000_000, "job-000001"),
+            ],
+            "ties in job order"
+        );
+        assert!(out.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    /// An error from the writer stops the drill there.
+    #[test]
+    fn time_order_stops_at_the_first_write_error() {
+        let mut rng = SplitMix64::new(2);
+        let jobs = synthetic_jobs(50, 0, 0.01, &mut rng);
+        let cfg = DrillConfig {
+            policy: Policy::NoPin,
+            seed: 2,
+            job_prefix: String::new(),
+            ids: DrillIds::Sequential,
+        };
+        let mut written = 0;
+        let r = run_each(&cfg, &jobs, &mut rng, DrillOrder::Time, |_| {
+            written += 1;
+            if written == 3 { Err("disk full") } else { Ok(()) }
+        });
+        assert_eq!((r, written), (Err("disk full"), 3));
     }
 
     #[test]
