@@ -17,13 +17,19 @@ use std::hint::black_box;
 use std::io::{BufReader, Cursor};
 use std::time::{Duration, Instant};
 
+/// The binary's allocator (src/main.rs), so that records made on one thread and freed on another
+/// cost what they cost in `laneledger`.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use laneledger_query::Session;
 use laneledger_query::derived::views::{SEED_Q1_TOKENS_PER_ARTIFACT, SEED_Q2_DUPLICATES};
 use laneledger_query::review::gate_metrics::GATE_WEEKS_SQL;
 use laneledger_query::review::metrics::WEEKS_SQL;
 use laneledger_query::tables::job_attempt;
 use laneledger_store::drill::{self, DrillConfig, Policy};
-use laneledger_store::format::parse::{attempt_from_csv, attempt_from_json};
+use laneledger_store::format::parallel::{CHUNK_BYTES, ParallelLineReader};
+use laneledger_store::format::parse::{AttemptDecoder, Framed, attempt_from_csv, attempt_from_json};
 use laneledger_store::model::record::ATTEMPT_FIELDS;
 use laneledger_store::{
     Attempt, AttemptReader, DEFAULT_BATCH, InputFormat, Ledger, Parsed, StoredAttempt, format_timestamp, ingest_reader,
@@ -346,6 +352,30 @@ fn main() {
     measure("parse: AttemptReader CSV (framing + split + parse)", n, iters, || {
         count_records(InputFormat::Csv, &csv_text)
     });
+    // What `ingest` reads an NDJSON input through on more than two cores: lines cut on this
+    // thread, decoded on worker threads. Its rate against the NDJSON row above is how far
+    // decoding spreads over the cores.
+    for threads in [1, 2] {
+        measure(
+            &format!("parse: ParallelLineReader NDJSON, {threads} decoding thread(s)"),
+            n,
+            iters,
+            || {
+                let mut ok = 0usize;
+                let reader = ParallelLineReader::<_, AttemptDecoder>::new(
+                    "bench",
+                    Cursor::new(ndjson.as_bytes()),
+                    threads,
+                    CHUNK_BYTES,
+                );
+                for p in reader {
+                    ok += usize::from(matches!(p.unwrap(), Framed::Record { .. }));
+                }
+                assert_eq!(ok, n);
+                ok
+            },
+        );
+    }
 
     // --- Aggregation and lookups through a DataFusion session.
     let rt = tokio::runtime::Builder::new_multi_thread()

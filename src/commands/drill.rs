@@ -70,16 +70,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let eol = if crlf { "\r\n" } else { "\n" };
     // Each attempt is written as it comes: a drill of millions is never held at once.
     let mut written = 0usize;
-    drill::run_each(&cfg, &jobs, &mut rng, order, |attempt| {
-        if written > 0 {
+    let mut write_all = || -> std::io::Result<()> {
+        drill::run_each(&cfg, &jobs, &mut rng, order, |attempt| {
+            if written > 0 {
+                out.write_all(eol.as_bytes())?;
+            }
+            written += 1;
+            serde_json::to_writer(&mut out, &attempt.to_json()).map_err(std::io::Error::from)
+        })?;
+        if final_newline && written > 0 {
             out.write_all(eol.as_bytes())?;
         }
-        written += 1;
-        serde_json::to_writer(&mut out, &attempt.to_json()).map_err(std::io::Error::from)
-    })?;
-    if final_newline && written > 0 {
-        out.write_all(eol.as_bytes())?;
+        out.flush()
+    };
+    match write_all() {
+        // `drill | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && a.out.is_none() => Ok(ExitCode::SUCCESS),
+        other => {
+            other?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
 }

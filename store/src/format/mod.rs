@@ -4,5 +4,6 @@
 //! May import [`crate::model`], [`crate::policy`] and [`crate::config`]; nothing above.
 
 pub mod decision;
+pub mod parallel;
 pub mod parse;
 pub mod sqlite_source;

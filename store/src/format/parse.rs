@@ -841,6 +841,15 @@ impl<R: BufRead, D: RecordDecoder> LineReader<R, D> {
         }
     }
 
+    /// Reads `reader` as the part of a larger input that follows its first `lines_before` lines:
+    /// line numbers count on from there (and a byte-order mark is only looked for on line 1).
+    pub fn after_lines(source: impl Into<String>, reader: R, format: InputFormat, lines_before: u64) -> Self {
+        LineReader {
+            line: lines_before,
+            ..LineReader::new(source, reader, format)
+        }
+    }
+
     /// Bytes consumed so far (for a progress bar).
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read

@@ -12,6 +12,7 @@ use std::io::BufRead;
 
 use crate::error::{Error, Result};
 use crate::format::decision::{Decision, DecisionDecoder, IncomingDecision};
+use crate::format::parallel::{CHUNK_BYTES, ParallelLineReader};
 use crate::format::parse::{AttemptDecoder, Framed, InputFormat, LineReader, RecordDecoder};
 use crate::model::record::{Attempt, Reject};
 use crate::model::time::format_timestamp;
@@ -34,7 +35,7 @@ pub struct IngestReport {
 /// A record kind the ledger ingests: how it is decoded, offered, written and named in messages.
 trait Kind {
     /// The decoder of one line or row.
-    type Decoder: RecordDecoder;
+    type Decoder: RecordDecoder<Record: Send + 'static> + 'static;
     /// What the ledger's write call takes (sent to the writing thread).
     type Incoming: Send;
     /// A parsed record with its origin.
@@ -181,7 +182,9 @@ type Batch<I> = (Vec<I>, Vec<u64>, Vec<Option<String>>, u64);
 /// themselves when the write handed them back (dropped on the parsing thread).
 type Written<I> = (Vec<WriteResult>, Vec<u64>, Vec<Option<String>>, u64, Vec<I>);
 
-/// Frames `reader` with a [`LineReader`] and writes its records ([`ingest_feed`]).
+/// Frames `reader` and writes its records ([`ingest_feed`]): an NDJSON input decoded on
+/// [`decode_threads`] threads by a [`ParallelLineReader`] when there are two or more, else on this
+/// thread by a [`LineReader`].
 fn ingest<K: Kind, R: BufRead>(
     ledger: &Ledger,
     source: &str,
@@ -190,8 +193,34 @@ fn ingest<K: Kind, R: BufRead>(
     batch: usize,
     progress: impl FnMut(u64, u64),
 ) -> Result<IngestReport> {
-    let records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
-    ingest_feed::<K, _>(ledger, source, records, batch, progress)
+    match (format, decode_threads()) {
+        (InputFormat::Ndjson, threads @ 2..) => {
+            let records: ParallelLineReader<R, K::Decoder> =
+                ParallelLineReader::new(source, reader, threads, CHUNK_BYTES);
+            ingest_feed::<K, _>(ledger, source, records, batch, progress)
+        }
+        _ => {
+            let records: LineReader<R, K::Decoder> = LineReader::new(source, reader, format);
+            ingest_feed::<K, _>(ledger, source, records, batch, progress)
+        }
+    }
+}
+
+/// How many threads decode an input's lines: `LANELEDGER_DECODE_THREADS` when set, else one per
+/// core but the one the writing thread keeps busy. 1 decodes on the framing thread: on two cores
+/// the framing-and-decoding thread and the writing thread already keep both busy, and more
+/// threads only add switching (measured in BENCHMARKS.md).
+pub fn decode_threads() -> usize {
+    std::env::var("LANELEDGER_DECODE_THREADS")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .saturating_sub(1)
+                .max(1)
+        })
 }
 
 /// Where [`ingest_feed`] takes its records from: the next one (an `Err` stops the ingest) and
@@ -202,6 +231,16 @@ trait Feed<T>: Iterator<Item = std::io::Result<Framed<T>>> {
 }
 
 impl<R: BufRead, D: RecordDecoder> Feed<D::Record> for LineReader<R, D> {
+    fn position(&self) -> u64 {
+        self.bytes_read()
+    }
+}
+
+impl<R: BufRead, D> Feed<D::Record> for ParallelLineReader<R, D>
+where
+    D: RecordDecoder + 'static,
+    D::Record: Send + 'static,
+{
     fn position(&self) -> u64 {
         self.bytes_read()
     }
@@ -393,6 +432,90 @@ fn record_results(
                 fields.join(", ")
             )),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three commits' worth of NDJSON with every kind of result: new attempts, completions,
+    /// duplicate deliveries, conflicts, rejects, blank lines.
+    fn input() -> String {
+        let mut text = String::new();
+        for i in 0..900 {
+            let job = format!("j{}", i % 300);
+            let line = match i % 9 {
+                0 => "{not json".to_string(),
+                1 => String::new(),
+                _ => format!(
+                    r#"{{"job_id":"{job}","attempt_no":{},"idem_key":"k-{job}","lane":"free","started_at":"2026-05-01T10:00:00Z"{}}}"#,
+                    1 + (i / 300) % 2,
+                    match i % 7 {
+                        0 => r#","ended_at":"2026-05-01T10:00:02Z","outcome":"ok""#,
+                        1 => r#","tokens_in":7"#,
+                        6 => r#","tokens_in":9"#,
+                        _ => "",
+                    }
+                ),
+            };
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// What one ingest through `records` did: its totals and problem lines, the rows it left
+    /// (record and append order), and the chain's entries and records. The times of arrival,
+    /// hashed into the chain, differ between two ingests; the rest must not.
+    type Outcome = (Counters, Vec<String>, Vec<(Attempt, u64)>, (u64, u64, u64));
+
+    fn ingest_through<F: Feed<Attempt>>(records: impl FnOnce() -> F) -> Outcome {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(dir.path().join("l.redb")).unwrap();
+        let report = ingest_feed::<Attempts, _>(&ledger, "in.ndjson", records(), 100, |_, _| {}).unwrap();
+        let mut rows = Vec::new();
+        ledger.for_each_attempt(|a| rows.push((a.attempt, a.seq))).unwrap();
+        let v = ledger.verify().unwrap();
+        (
+            report.counters,
+            report.problems,
+            rows,
+            (v.entries, v.records, v.problems),
+        )
+    }
+
+    #[test]
+    fn an_input_decoded_on_worker_threads_writes_what_one_thread_writes() {
+        let text = input();
+        let serial = ingest_through(|| {
+            LineReader::<&[u8], AttemptDecoder>::new("in.ndjson", text.as_bytes(), InputFormat::Ndjson)
+        });
+        let totals = Counters {
+            accepted: 534,
+            completed: 47,
+            duplicates: 95,
+            conflicts: 24,
+            rejected: 100,
+        };
+        assert_eq!(
+            (serial.0, serial.1.len(), serial.2.len(), serial.3),
+            (totals, 124, 534, (705, 658, 0))
+        );
+        assert_eq!(
+            serial.1[1],
+            "in.ndjson:10: bad JSON: key must be a string at line 1 column 2"
+        );
+        assert_eq!(
+            serial.1.iter().find(|p| p.contains("conflict")).map(String::as_str),
+            Some("in.ndjson:609: conflict: job j8 attempt 1 differs in tokens_in; the first row stays")
+        );
+        for (threads, chunk) in [(2, 64), (3, 4096)] {
+            let parallel = ingest_through(|| {
+                ParallelLineReader::<&[u8], AttemptDecoder>::new("in.ndjson", text.as_bytes(), threads, chunk)
+            });
+            assert_eq!(parallel, serial, "{threads} threads, {chunk}-byte chunks");
         }
     }
 }
