@@ -259,7 +259,7 @@ fn main() {
         },
     );
     measure(
-        "scan part: LZ4 unpacking of those blocks (a copy, then AttemptChunk::unpack), one thread",
+        "scan part: zstd unpacking of those blocks (a copy, then AttemptChunk::unpack), one thread",
         n,
         iters,
         || {
