@@ -243,7 +243,7 @@ fn output_into_a_closed_pipe_stops_quietly() {
         vec!["mappings"],
         vec!["review", "--db", &db],
         vec!["sql", "--db", &db, "SELECT * FROM generate_series(1, 300000)"],
-        vec!["drill", "--jobs", "2000", "--order", "time"],
+        vec!["drill", "--policy", "nopin", "--jobs", "2000", "--order", "time"],
     ] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
