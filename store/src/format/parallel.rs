@@ -182,10 +182,13 @@ where
         if bytes.is_empty() {
             return;
         }
-        if let Some(to_workers) = &self.to_workers
-            && to_workers.send((self.sent, lines_before, bytes)).is_ok()
-        {
-            self.sent += 1;
+        match &self.to_workers {
+            Some(to_workers) if to_workers.send((self.sent, lines_before, bytes)).is_ok() => self.sent += 1,
+            // Every worker is gone: the chunk cannot be decoded, and must not vanish silently.
+            _ => {
+                self.cutting_done = true;
+                self.input_error = Some(std::io::Error::other("the decoding threads stopped"));
+            }
         }
     }
 
