@@ -1035,3 +1035,53 @@ fn serve_refuses_other_addresses_without_a_token_and_weak_tokens() {
         stderr(&out)
     );
 }
+
+/// `ingest` with its NDJSON decoded on three worker threads (several 256 KiB chunks) reports,
+/// rejects and stores exactly what it does decoding on the reading thread.
+#[test]
+fn ingest_on_worker_threads_matches_one_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("d.ndjson");
+    let o = run(&[
+        "drill",
+        "--policy",
+        "nopin",
+        "--jobs",
+        "4000",
+        "--order",
+        "time",
+        "--out",
+        input.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut text = std::fs::read_to_string(&input).unwrap();
+    text.push_str("{not json\n{\"job_id\":\"x\",\"attempt_no\":0}\n");
+    std::fs::write(&input, &text).unwrap();
+    assert!(text.len() > 4 * (256 << 10), "{} bytes", text.len());
+    let ingest_with = |threads: &str| {
+        let db = dir.path().join(format!("l{threads}.redb")).display().to_string();
+        let o = bin()
+            .args(["ingest", "--db", &db, input.to_str().unwrap()])
+            .env("LANELEDGER_DECODE_THREADS", threads)
+            .output()
+            .unwrap();
+        let sql = run(&[
+            "sql",
+            "--db",
+            &db,
+            "SELECT count(*) AS n, sum(tokens_in) AS t, count(DISTINCT job_id) AS j, \
+             max(job_id) AS last FROM job_attempt",
+        ]);
+        (o.status.code(), stdout(&o), stderr(&o), stdout(&sql))
+    };
+    let one = ingest_with("1");
+    assert_eq!(one.0, Some(3));
+    let lines = text.lines().count();
+    assert!(
+        one.2.contains(&format!("d.ndjson:{}: bad JSON", lines - 1)),
+        "{}",
+        one.2
+    );
+    assert!(one.2.contains(&format!("d.ndjson:{lines}: ")), "{}", one.2);
+    assert_eq!(ingest_with("3"), one);
+}
