@@ -1041,7 +1041,7 @@ fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten(
         other => panic!("{other:?}"),
     }
     let l = Ledger::open(&path).unwrap();
-    assert_eq!((l.migrated_from(), format_version(&l)), (Some(7), 8));
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(7), FORMAT_VERSION));
     let before = block_layouts(&l);
     assert!(!before.is_empty() && before.iter().all(|v| *v == 7), "{before:?}");
     let mut again = Vec::new();
@@ -1085,5 +1085,79 @@ fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten(
         "the block appended to is rewritten with a filter"
     );
     assert!(layouts[..layouts.len() - 1].iter().all(|v| *v == 7), "{layouts:?}");
+    assert_eq!(l.verify().unwrap().first_bad, None);
+}
+
+/// A format 8 file keeps rows written inside the blocks' key range in a delta B-tree: opening it
+/// folds them into the blocks once, every record, lookup and the tip unchanged, and leaves the
+/// delta empty; the next writes inside the range go to runs and read back.
+#[test]
+fn a_format_8_ledger_has_its_delta_folded_when_opened() {
+    use laneledger_store::storage::tables::{ATTEMPT, ATTEMPT_RUN_DIR, FORMAT_VERSION, META};
+    use redb::ReadableTableMetadata;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.redb");
+    let delta_rows = |l: &Ledger| {
+        let txn = l.database().begin_read().unwrap();
+        txn.open_table(ATTEMPT).unwrap().len().unwrap()
+    };
+    let runs = |l: &Ledger| {
+        let txn = l.database().begin_read().unwrap();
+        txn.open_table(ATTEMPT_RUN_DIR).unwrap().len().unwrap()
+    };
+    let (rows, report) = {
+        let l = build(&path);
+        sweep(&l);
+        assert!(runs(&l) > 0, "the completions and re-reports went to runs");
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        (rows, l.verify().unwrap())
+    };
+    {
+        let l = Ledger::open(&path).unwrap();
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_8(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 8).unwrap();
+        txn.commit().unwrap();
+        assert!(delta_rows(&l) > 0, "the runs' rows are in the delta");
+    }
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (8, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(8), FORMAT_VERSION));
+    assert_eq!((delta_rows(&l), runs(&l)), (0, 0));
+    let mut again = Vec::new();
+    l.for_each_attempt(|s| again.push(s)).unwrap();
+    assert_eq!(again, rows);
+    for s in &rows {
+        let want: Vec<_> = rows
+            .iter()
+            .filter(|r| r.attempt.job_id == s.attempt.job_id)
+            .cloned()
+            .collect();
+        assert_eq!(l.job_attempts(&s.attempt.job_id).unwrap(), want);
+    }
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (after.tip, after.entries, after.records, after.first_bad),
+        (report.tip, report.entries, report.records, None)
+    );
+
+    // A new key inside the blocks' range and a completion of a row held: a run, read back.
+    let mut inside = rows[0].attempt.clone();
+    (inside.job_id, inside.attempt_no, inside.idem_key) =
+        (format!("{}-b", rows[0].attempt.job_id), 1, "in-idem".into());
+    let text = format!("{}\n", inside.to_json());
+    let r = ingest_reader(&l, "new.ndjson", text.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    assert_eq!(r.counters.accepted, 1);
+    assert_eq!(runs(&l), 1);
+    assert_eq!(l.job_attempts(&inside.job_id).unwrap()[0].attempt, inside);
+    let mut all = Vec::new();
+    l.for_each_attempt(|s| all.push(s)).unwrap();
+    assert_eq!(all.len(), rows.len() + 1);
     assert_eq!(l.verify().unwrap().first_bad, None);
 }

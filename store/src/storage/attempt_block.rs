@@ -415,6 +415,13 @@ impl Block {
         (std::str::from_utf8(job).unwrap_or_default(), r.attempt_no)
     }
 
+    /// Row `i`'s key with the job_id as bytes, unchecked: what merges compare (bytes order as the
+    /// strings do), without [`Block::key`]'s UTF-8 check on every comparison.
+    pub fn key_bytes(&self, i: usize) -> (&[u8], u32) {
+        let r = self.rows[i];
+        (&self.keys[r.job.0 as usize..r.job.1 as usize], r.attempt_no)
+    }
+
     /// Row `i`'s stored value.
     pub fn value(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.rows[i - 1].value_end as usize };

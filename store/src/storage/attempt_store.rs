@@ -1,13 +1,30 @@
-//! Where the attempt rows live (format version 6 and on): compressed blocks and a small delta.
+//! Where the attempt rows live (format version 6 and on): compressed blocks, and sorted runs
+//! beside them (version 9).
 //!
-//! Most rows sit in zstd-packed blocks of about 1,300 rows in key order ([`crate::storage::attempt_block`],
-//! table [`ATTEMPT_BLOCK`], each block under its last key). A write whose key sorts above every
-//! key held, the usual case (routers number jobs in time order, and a job's attempts come
-//! together), is appended to the last block; any other write (a key inside the blocks' range, a
-//! completion of a row held) goes to the delta, the plain B-tree [`ATTEMPT`], where a row shadows
-//! a block row of the same key. Every read merges the two, the delta winning. When the delta
-//! holds a quarter as many rows as the blocks, a commit folds it into them (the blocks it falls
-//! in are rewritten), so it stays small beside them.
+//! The rows of a router that numbers its jobs in time order sit in zstd-packed blocks of about
+//! 1,300 rows in key order ([`crate::storage::attempt_block`], table [`ATTEMPT_BLOCK`], each block
+//! under its last key): a write whose key sorts above every key held, and a job's attempts that
+//! come together, is appended to the last block. Any other write (a key inside the range held, as
+//! random ids such as UUIDs nearly always are; a completion or a re-report of a row held) goes
+//! into its transaction's *run*: those rows sorted by key and packed into blocks of the same layout
+//! ([`ATTEMPT_RUN`], each under (run, last key)), with a header holding the run's row count and a
+//! filter of its keys ([`ATTEMPT_RUN_DIR`]). A newer run's row shadows an older run's and a
+//! block's row of the same key; every read merges them in key order.
+//!
+//! Runs are merged by size tier, as the idem_key index's are ([`crate::storage::idem_index`]):
+//! whenever the four newest are of one tier (⌊log₄ rows⌋), or the fourth newest is of a lower tier
+//! than the newest, they become one, unless the fourth newest holds 4⁹ = 262,144 rows or more. A
+//! row is then rewritten a bounded number of times (about three from a 10,000-record commit)
+//! however large the ledger grows. Format 8 put these rows in a delta B-tree instead: a random
+//! page written per row, and folds that rewrote nearly every block, again and again as the file
+//! grew (most of a random-id ingest's time).
+//!
+//! The write path's "is this (job_id, attempt_no) already held?" for a key inside the range asks
+//! each run's filter in memory (read once per transaction, at its first such question) and
+//! reads a run's block only when its filter lets the key pass (about 1% of new keys a run).
+//!
+//! A row shadowed by a newer run's stays where it is until its run is merged (a block's stays
+//! until a retention sweep removes its key): reads never see it.
 //!
 //! The stored values are byte for byte what the `attempt` table held before (`AttemptRecord::V1`),
 //! so the hash chain, `verify` and every reader see the same records.
@@ -18,14 +35,13 @@ use std::ops::Bound;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use crate::error::{Error, Result};
-use crate::progress::{Progress, RowCounter, Silent};
+use crate::progress::{Progress, RowCounter};
 use crate::storage::attempt_block::{
     Block, BlockBuilder, STORED_MAX, block_raw_bytes, block_rows, may_hold, raw_target,
 };
-use crate::storage::tables::{ATTEMPT, ATTEMPT_BLOCK, COUNTER};
+use crate::storage::tables::{ATTEMPT, ATTEMPT_BLOCK, ATTEMPT_RUN, ATTEMPT_RUN_DIR, COUNTER};
 
-/// The `counter` row that holds how many rows the blocks hold (shadowed ones included): what the
-/// fold's threshold is taken against.
+/// The `counter` row that holds how many rows the blocks hold (shadowed ones included).
 pub const BLOCK_ROWS: &str = "attempt_block_rows";
 /// The `counter` row that holds how many attempt rows the ledger holds.
 pub const ATTEMPT_ROWS: &str = "attempt_rows";
@@ -33,14 +49,75 @@ pub const ATTEMPT_ROWS: &str = "attempt_rows";
 /// How many delta rows a fold reads at a time.
 const FOLD_ROUND: usize = 1 << 16;
 
+/// How many runs of one tier are merged into one (and the base of the tier's logarithm).
+const FAN_IN: usize = 4;
+
+/// Runs of this tier or above (at least 4⁹ = 262,144 rows) are never merged again: no merge makes
+/// a run of more than about 4¹⁰ rows, and a row is rewritten at most about three times after its
+/// commit (from a 10,000-record commit: 40 k, 160 k, 640 k), in a ledger of any size.
+const CAPPED_TIER: u32 = 9;
+
 /// An attempt row's key: (job_id, attempt_no).
 pub type Key = (&'static str, u32);
+
+/// A run block's key: (run number, job_id, attempt_no of the block's last row).
+pub type RunKey = (u64, &'static str, u32);
 
 /// A key owned: (job_id, attempt_no).
 type OwnedKey = (String, u32);
 
 /// A row owned: its key and stored value.
 type OwnedRow = (OwnedKey, Vec<u8>);
+
+/// A run's tier: ⌊log₄ rows⌋ (0 for an empty run).
+fn tier(rows: u64) -> u32 {
+    if rows == 0 { 0 } else { rows.ilog2() / 2 }
+}
+
+/// Whether the newest [`FAN_IN`] runs are merged, given the oldest of them (`oldest`, rows) and the
+/// newest (`newest`).
+fn merges(oldest: u64, newest: u64) -> bool {
+    tier(oldest) <= tier(newest) && tier(oldest) < CAPPED_TIER
+}
+
+/// The first byte of a run header.
+const HEAD_V1: u8 = 1;
+
+/// A run header's bytes: [`HEAD_V1`], the row count (u64, little-endian), then the key filter
+/// ([`crate::storage::key_filter`]).
+fn encode_head(rows: u64, filter: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + filter.len());
+    out.push(HEAD_V1);
+    out.extend_from_slice(&rows.to_le_bytes());
+    out.extend_from_slice(filter);
+    out
+}
+
+/// A run header's row count and filter.
+fn decode_head(id: u64, bytes: &[u8]) -> Result<(u64, &[u8])> {
+    match bytes.split_first() {
+        Some((&HEAD_V1, rest)) if rest.len() > 8 => {
+            let rows = u64::from_le_bytes(rest[..8].try_into().expect("eight bytes"));
+            Ok((rows, &rest[8..]))
+        }
+        _ => Err(Error::Corrupt {
+            table: "attempt_run_dir",
+            key: id.to_string(),
+            reason: format!("a run header of {} bytes that does not read", bytes.len()),
+        }),
+    }
+}
+
+/// The runs of `dir`, oldest first: (run number, rows).
+fn run_list<D: ReadableTable<u64, &'static [u8]>>(dir: &D) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for row in dir.iter()? {
+        let (k, v) = row?;
+        let id = k.value();
+        out.push((id, decode_head(id, v.value())?.0));
+    }
+    Ok(out)
+}
 
 fn corrupt(key: impl std::fmt::Debug, reason: String) -> Error {
     Error::Corrupt {
@@ -147,29 +224,312 @@ pub enum Piece<'a> {
     },
 }
 
-/// The attempt rows of one snapshot, blocks and delta merged: a read transaction's, or a write
+/// The block of run `id` whose key range holds `key` (the first whose last key is at or above it):
+/// its last key and stored bytes; `None` when `key` sorts above the run.
+fn run_block<R: ReadableTable<RunKey, &'static [u8]>>(
+    runs: &R,
+    id: u64,
+    key: (&str, u32),
+) -> Result<Option<(OwnedKey, Vec<u8>)>> {
+    let Some(row) = runs
+        .range::<(u64, &str, u32)>((id, key.0, key.1)..(id + 1, "", 0))?
+        .next()
+    else {
+        return Ok(None);
+    };
+    let (k, v) = row?;
+    let (_, job, no) = k.value();
+    Ok(Some(((job.to_string(), no), v.value().to_vec())))
+}
+
+/// The stored value run `id` holds for `key`. Errors: storage errors, [`Error::Corrupt`].
+fn run_get<R: ReadableTable<RunKey, &'static [u8]>>(runs: &R, id: u64, key: (&str, u32)) -> Result<Option<Vec<u8>>> {
+    let Some(row) = runs
+        .range::<(u64, &str, u32)>((id, key.0, key.1)..(id + 1, "", 0))?
+        .next()
+    else {
+        return Ok(None);
+    };
+    let (k, v) = row?;
+    let stored = v.value();
+    let (_, job, no) = k.value();
+    if !may_hold(stored, key).map_err(|r| corrupt((id, job, no), r))? {
+        return Ok(None);
+    }
+    Block::row_value(stored, key).map_err(|r| corrupt((id, job, no), r))
+}
+
+/// Where a merge reads rows from: one run, or the blocks.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    Run(u64),
+    Blocks,
+}
+
+/// The stored block after `after` (the last key of the block before; `None` for the first) in
+/// `origin`: its last key and bytes.
+fn next_block<B, R>(
+    blocks: &B,
+    runs: &R,
+    origin: Origin,
+    after: Option<&OwnedKey>,
+) -> Result<Option<(OwnedKey, Vec<u8>)>>
+where
+    B: ReadableTable<Key, &'static [u8]>,
+    R: ReadableTable<RunKey, &'static [u8]>,
+{
+    match origin {
+        Origin::Blocks => {
+            let start = match after {
+                Some((j, n)) => Bound::Excluded((j.as_str(), *n)),
+                None => Bound::Unbounded,
+            };
+            let Some(row) = blocks.range::<(&str, u32)>((start, Bound::Unbounded))?.next() else {
+                return Ok(None);
+            };
+            let (k, v) = row?;
+            let (job, no) = k.value();
+            Ok(Some(((job.to_string(), no), v.value().to_vec())))
+        }
+        Origin::Run(id) => {
+            let start = match after {
+                Some((j, n)) => Bound::Excluded((id, j.as_str(), *n)),
+                None => Bound::Included((id, "", 0)),
+            };
+            let end = Bound::Excluded((id + 1, "", 0u32));
+            let Some(row) = runs.range::<(u64, &str, u32)>((start, end))?.next() else {
+                return Ok(None);
+            };
+            let (k, v) = row?;
+            let (_, job, no) = k.value();
+            Ok(Some(((job.to_string(), no), v.value().to_vec())))
+        }
+    }
+}
+
+/// Where one source of a merge stands.
+enum At {
+    /// Its next block is to be read.
+    Fetch,
+    /// Its next block, read but not unpacked.
+    Pending { last: OwnedKey, stored: Vec<u8> },
+    /// Its block unpacked, at row `i`.
+    Active { block: Block, i: usize },
+    /// No rows left.
+    Done,
+}
+
+/// A lower bound on the keys a source has left, ordered: `Start` (any key) below every key; a
+/// key that may come itself (`0`) below one of which only greater keys may (`1`).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Low<'a> {
+    Start,
+    At((&'a [u8], u32), u8),
+}
+
+struct Source {
+    origin: Origin,
+    /// The last key of the block before the current one.
+    after: Option<OwnedKey>,
+    at: At,
+}
+
+impl Source {
+    fn low(&self) -> Option<Low<'_>> {
+        match &self.at {
+            At::Done => None,
+            At::Fetch | At::Pending { .. } => Some(match &self.after {
+                Some((j, n)) => Low::At((j.as_bytes(), *n), 1),
+                None => Low::Start,
+            }),
+            At::Active { block, i } => Some(Low::At(block.key_bytes(*i), 0)),
+        }
+    }
+
+    /// Moves past the current row of an unpacked block.
+    fn advance(&mut self) {
+        if let At::Active { block, i } = &mut self.at {
+            *i += 1;
+            if *i == block.len() {
+                let (j, n) = block.key(*i - 1);
+                self.after = Some((j.to_string(), n));
+                self.at = At::Fetch;
+            }
+        }
+    }
+}
+
+/// Rows of several sources (runs, and the blocks) merged in key order, a row of an earlier source
+/// shadowing a later source's row of the same key. Each block is read with its own range lookup,
+/// so that a caller may write to the tables between steps. The sources with rows left are kept
+/// sorted by their lower bound (then by precedence), so a row costs a few comparisons however
+/// many runs there are (a 10 M-attempt ledger of random ids holds about twenty).
+struct Merger {
+    sources: Vec<Source>,
+    /// The sources with rows left, least bound first; empty until the first step.
+    order: Vec<usize>,
+    started: bool,
+}
+
+impl Merger {
+    /// The runs `runs` (newest first, as they shadow), then the blocks when `blocks`.
+    fn new(runs: impl Iterator<Item = u64>, blocks: bool) -> Self {
+        let mut sources: Vec<Source> = runs
+            .map(|id| Source {
+                origin: Origin::Run(id),
+                after: None,
+                at: At::Fetch,
+            })
+            .collect();
+        if blocks {
+            sources.push(Source {
+                origin: Origin::Blocks,
+                after: None,
+                at: At::Fetch,
+            });
+        }
+        Merger {
+            sources,
+            order: Vec::new(),
+            started: false,
+        }
+    }
+
+    /// Whether source `a` comes before source `b`: the lesser bound, then the earlier source.
+    fn before(&self, a: usize, b: usize) -> bool {
+        (self.sources[a].low(), a) < (self.sources[b].low(), b)
+    }
+
+    /// Reads source `i`'s next block if it needs one, and puts it back in the order unless it has
+    /// no rows left.
+    fn settle<B, R>(&mut self, i: usize, blocks: &B, runs: &R) -> Result<()>
+    where
+        B: ReadableTable<Key, &'static [u8]>,
+        R: ReadableTable<RunKey, &'static [u8]>,
+    {
+        let s = &mut self.sources[i];
+        if matches!(s.at, At::Fetch) {
+            s.at = match next_block(blocks, runs, s.origin, s.after.as_ref())? {
+                Some((last, stored)) => At::Pending { last, stored },
+                None => At::Done,
+            };
+        }
+        if !matches!(self.sources[i].at, At::Done) {
+            let at = self.order.partition_point(|&x| self.before(x, i));
+            self.order.insert(at, i);
+        }
+        Ok(())
+    }
+
+    /// Hands the next piece to `f`: a whole block still packed when `packed` and no other source
+    /// has a key in its range, else one row. Returns false when no row is left.
+    fn step<B, R, E: From<Error>>(
+        &mut self,
+        blocks: &B,
+        runs: &R,
+        packed: bool,
+        f: &mut impl FnMut(Piece<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<bool, E>
+    where
+        B: ReadableTable<Key, &'static [u8]>,
+        R: ReadableTable<RunKey, &'static [u8]>,
+    {
+        if !self.started {
+            self.started = true;
+            for i in 0..self.sources.len() {
+                self.settle(i, blocks, runs)?;
+            }
+        }
+        loop {
+            let Some(&m) = self.order.first() else {
+                return Ok(false);
+            };
+            if let At::Pending { last, stored } = &self.sources[m].at {
+                // The order is sorted: the next source's bound is the least of the others'.
+                let alone = self.order.get(1).is_none_or(|&n| {
+                    self.sources[n]
+                        .low()
+                        .is_none_or(|low| Low::At((last.0.as_bytes(), last.1), 0) < low)
+                });
+                if packed && alone {
+                    let rows = block_rows(stored).map_err(|r| corrupt(last, r))?;
+                    f(Piece::Packed { rows, stored })?;
+                    self.order.remove(0);
+                    let s = &mut self.sources[m];
+                    if let At::Pending { last, .. } = std::mem::replace(&mut s.at, At::Fetch) {
+                        s.after = Some(last);
+                    }
+                    self.settle(m, blocks, runs)?;
+                    return Ok(true);
+                }
+                let block = Block::decode(stored).map_err(|r| corrupt(last, r))?;
+                self.order.remove(0);
+                let s = &mut self.sources[m];
+                if block.is_empty() {
+                    if let At::Pending { last, .. } = std::mem::replace(&mut s.at, At::Fetch) {
+                        s.after = Some(last);
+                    }
+                } else {
+                    s.at = At::Active { block, i: 0 };
+                }
+                self.settle(m, blocks, runs)?;
+                continue;
+            }
+            let At::Active { block, i } = &self.sources[m].at else {
+                unreachable!("a source in the order is pending or unpacked")
+            };
+            let key = block.key(*i);
+            let bytes = block.key_bytes(*i);
+            // Sources holding the same key come right after it in the order, and are shadowed.
+            let same = 1 + self.order[1..]
+                .iter()
+                .take_while(|&&j| self.sources[j].low() == Some(Low::At(bytes, 0)))
+                .count();
+            f(Piece::Row {
+                key,
+                value: block.value(*i),
+            })?;
+            let moved: Vec<usize> = self.order.drain(..same).collect();
+            for j in moved {
+                self.sources[j].advance();
+                self.settle(j, blocks, runs)?;
+            }
+            return Ok(true);
+        }
+    }
+}
+
+/// The attempt rows of one snapshot, blocks and runs merged: a read transaction's, or a write
 /// transaction's as it stands.
-pub struct AttemptRows<B, D> {
+pub struct AttemptRows<B, R> {
     blocks: B,
-    delta: D,
+    runs: R,
+    /// Run numbers, newest first.
+    run_ids: Vec<u64>,
     lookups: std::cell::RefCell<Lookups>,
 }
 
-impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>> AttemptRows<B, D> {
-    /// The rows of the `attempt_block` and `attempt` tables given.
-    pub fn new(blocks: B, delta: D) -> Self {
-        AttemptRows {
+impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8]>> AttemptRows<B, R> {
+    /// The rows of the `attempt_block` and `attempt_run` tables given, with the runs listed in the
+    /// `attempt_run_dir` table given. Errors: storage errors, [`Error::Corrupt`] for a run header
+    /// that does not read.
+    pub fn new(blocks: B, runs: R, dir: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self> {
+        let run_ids = run_list(dir)?.into_iter().rev().map(|(id, _)| id).collect();
+        Ok(AttemptRows {
             blocks,
-            delta,
+            runs,
+            run_ids,
             lookups: Default::default(),
-        }
+        })
     }
 
     /// One row's stored value by its key. Errors: storage errors, [`Error::Corrupt`] for a block
     /// that does not unpack.
     pub fn get(&self, job_id: &str, attempt_no: u32) -> Result<Option<Vec<u8>>> {
-        if let Some(v) = self.delta.get((job_id, attempt_no))? {
-            return Ok(Some(v.value().to_vec()));
+        for &id in &self.run_ids {
+            if let Some(v) = run_get(&self.runs, id, (job_id, attempt_no))? {
+                return Ok(Some(v));
+            }
         }
         self.lookups.borrow_mut().get(&self.blocks, (job_id, attempt_no))
     }
@@ -177,9 +537,18 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
     /// One job's stored values in `attempt_no` order. Errors as [`AttemptRows::get`].
     pub fn job(&self, job_id: &str) -> Result<Vec<Vec<u8>>> {
         let mut rows: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
-        for row in self.delta.range((job_id, 0u32)..=(job_id, u32::MAX))? {
-            let (k, v) = row?;
-            rows.insert(k.value().1, v.value().to_vec());
+        for &id in &self.run_ids {
+            for row in self.runs.range::<(u64, &str, u32)>((id, job_id, 0)..(id + 1, "", 0))? {
+                let (k, v) = row?;
+                let (_, job, no) = k.value();
+                let values = Block::job_values(v.value(), job_id).map_err(|r| corrupt((id, job, no), r))?;
+                for (no, value) in values {
+                    rows.entry(no).or_insert(value);
+                }
+                if job != job_id {
+                    break;
+                }
+            }
         }
         for row in self.blocks.range((job_id, 0u32)..)? {
             let (k, v) = row?;
@@ -194,69 +563,35 @@ impl<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>
         Ok(rows.into_values().collect())
     }
 
-    /// Hands every row to `f` in key order. A block that no delta row falls in goes whole and
-    /// packed ([`Piece::Packed`]) when `packed` is true (the query scan unpacks it on another
+    /// Hands every row to `f` in key order. A block that no other run's row falls in goes whole
+    /// and packed ([`Piece::Packed`]) when `packed` is true (the query scan unpacks it on another
     /// thread); every other row goes as a [`Piece::Row`]. Stops at the first error.
     pub fn walk<E: From<Error>>(
         &self,
         packed: bool,
         mut f: impl FnMut(Piece<'_>) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut delta = self.delta.range::<Key>(..).map_err(Error::from)?;
-        let mut next = pull(&mut delta)?;
-        let below = |next: &Option<OwnedRow>, key: (&str, u32)| {
-            next.as_ref().is_some_and(|((j, n), _)| (j.as_str(), *n) <= key)
-        };
-        for row in self.blocks.iter().map_err(Error::from)? {
-            let (k, v) = row.map_err(Error::from)?;
-            let last = k.value();
-            if packed && !below(&next, last) {
-                let rows = block_rows(v.value()).map_err(|r| corrupt(last, r))?;
-                f(Piece::Packed {
-                    rows,
-                    stored: v.value(),
-                })?;
-                continue;
-            }
-            let block = Block::decode(v.value()).map_err(|r| corrupt(last, r))?;
-            for i in 0..block.len() {
-                let key = block.key(i);
-                // Delta rows up to this key go first; one of the same key shadows the block's.
-                let mut shadowed = false;
-                while below(&next, key) {
-                    let ((job, no), value) = next.take().expect("below holds a row");
-                    shadowed = (job.as_str(), no) == key;
-                    f(Piece::Row {
-                        key: (&job, no),
-                        value: &value,
-                    })?;
-                    next = pull(&mut delta)?;
-                }
-                if !shadowed {
-                    f(Piece::Row {
-                        key,
-                        value: block.value(i),
-                    })?;
-                }
-            }
-        }
-        while let Some(((job, no), value)) = next.take() {
-            f(Piece::Row {
-                key: (&job, no),
-                value: &value,
-            })?;
-            next = pull(&mut delta)?;
-        }
+        let mut merger = Merger::new(self.run_ids.iter().copied(), true);
+        while merger.step(&self.blocks, &self.runs, packed, &mut f)? {}
         Ok(())
     }
 }
 
 /// The attempt rows inside a write transaction: appends go to the last block, every other write
-/// to the delta; [`AttemptWriter::finish`] packs what was appended and folds the delta when it
-/// has grown. Rows of the transaction read back at once ([`AttemptWriter::get`]).
+/// to the transaction's run; [`AttemptWriter::finish`] packs what was appended, stores the run and
+/// merges runs by tier. Rows of the transaction read back at once ([`AttemptWriter::get`]).
 pub struct AttemptWriter<'txn> {
     blocks: Table<'txn, Key, &'static [u8]>,
+    /// Format 8's delta: only a migration's rows, folded into the blocks ([`migrate_v8`]).
     delta: Table<'txn, Key, &'static [u8]>,
+    runs: Table<'txn, RunKey, &'static [u8]>,
+    dir: Table<'txn, u64, &'static [u8]>,
+    /// The runs held, oldest first: (run number, rows).
+    run_list: Vec<(u64, u64)>,
+    /// Each run's key filter, newest first, read at the first lookup that reaches the runs.
+    filters: Option<Vec<(u64, Vec<u8>)>>,
+    /// Rows of this transaction that do not sort above every key held: its run, at the finish.
+    pending: BTreeMap<OwnedKey, Vec<u8>>,
     /// Rows appended in this transaction (after the last stored block's rows, when that block
     /// was not full: it is taken out and packed again with them).
     tail: BlockBuilder,
@@ -270,9 +605,15 @@ pub struct AttemptWriter<'txn> {
 impl<'txn> AttemptWriter<'txn> {
     /// Opens the attempt tables of `txn`; `block_rows` is the [`BLOCK_ROWS`] counter.
     pub fn open(txn: &'txn WriteTransaction, block_rows: u64) -> Result<Self> {
+        let dir = txn.open_table(ATTEMPT_RUN_DIR)?;
         Ok(AttemptWriter {
             blocks: txn.open_table(ATTEMPT_BLOCK)?,
             delta: txn.open_table(ATTEMPT)?,
+            runs: txn.open_table(ATTEMPT_RUN)?,
+            run_list: run_list(&dir)?,
+            dir,
+            filters: None,
+            pending: BTreeMap::new(),
             tail: BlockBuilder::default(),
             tail_open: false,
             lookups: Lookups::default(),
@@ -288,10 +629,26 @@ impl<'txn> AttemptWriter<'txn> {
             Some(k) => Some(owned(k)),
             None => self.blocks.last()?.map(|(k, _)| owned(k.value())),
         };
-        if let Some((k, _)) = self.delta.last()? {
-            let k = k.value();
+        let mut consider = |k: (&str, u32)| {
             if last.as_ref().is_none_or(|l| (l.0.as_str(), l.1) < k) {
                 last = Some(owned(k));
+            }
+        };
+        if let Some((k, _)) = self.delta.last()? {
+            consider(k.value());
+        }
+        if let Some(((j, n), _)) = self.pending.last_key_value() {
+            consider((j.as_str(), *n));
+        }
+        for &(id, _) in &self.run_list {
+            if let Some(row) = self
+                .runs
+                .range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0))?
+                .next_back()
+            {
+                let (k, _) = row?;
+                let (_, j, n) = k.value();
+                consider((j, n));
             }
         }
         Ok(last)
@@ -364,19 +721,40 @@ impl<'txn> AttemptWriter<'txn> {
     /// [`Error::Corrupt`] for a block that does not unpack.
     pub fn get(&mut self, job_id: &str, attempt_no: u32) -> Result<Option<Vec<u8>>> {
         let key = (job_id, attempt_no);
-        if let Some(v) = self.delta.get(key)? {
-            return Ok(Some(v.value().to_vec()));
+        // The run's map is keyed by owned keys: a range of one finds a borrowed key.
+        let owned = (job_id.to_string(), attempt_no);
+        if let Some(v) = self.pending.get(&owned) {
+            return Ok(Some(v.clone()));
         }
+        if self.filters.is_none() && !self.run_list.is_empty() {
+            let mut filters = Vec::with_capacity(self.run_list.len());
+            for &(id, _) in self.run_list.iter().rev() {
+                let head = self
+                    .dir
+                    .get(id)?
+                    .ok_or_else(|| corrupt(id, "a run without its header".into()))?;
+                filters.push((id, decode_head(id, head.value())?.1.to_vec()));
+            }
+            self.filters = Some(filters);
+        }
+        for (id, filter) in self.filters.iter().flatten() {
+            let pass = crate::storage::key_filter::may_hold(filter, job_id, attempt_no).map_err(|r| corrupt(id, r))?;
+            if pass && let Some(v) = run_get(&self.runs, *id, key)? {
+                return Ok(Some(v));
+            }
+        }
+        // The tail after the runs: it holds the last stored block's rows too, which a run's row of
+        // the same key shadows (this transaction's appends sort above every run's keys).
         if let Some(v) = self.tail.get(key) {
             return Ok(Some(v.to_vec()));
         }
         self.lookups.get(&self.blocks, key)
     }
 
-    /// Writes a row to the delta: a new row whose key does not sort above every key held, or the
-    /// new value of a row held (it shadows the block's).
+    /// Writes a row to the transaction's run: a new row whose key does not sort above every key
+    /// held, or the new value of a row held (it shadows the older row).
     pub fn put(&mut self, job_id: &str, attempt_no: u32, value: &[u8]) -> Result<()> {
-        self.delta.insert((job_id, attempt_no), value)?;
+        self.pending.insert((job_id.to_string(), attempt_no), value.to_vec());
         Ok(())
     }
 
@@ -388,6 +766,8 @@ impl<'txn> AttemptWriter<'txn> {
         for (job, no) in keys {
             self.delta.remove((job.as_str(), *no))?;
         }
+        self.pending.retain(|k, _| !keys.contains(k));
+        self.remove_from_runs(keys)?;
         // The blocks, each rewritten once without its removed rows.
         let mut keys = keys.iter().peekable();
         while let Some((job, no)) = keys.peek() {
@@ -497,35 +877,214 @@ impl<'txn> AttemptWriter<'txn> {
         Ok(())
     }
 
-    /// Stores the rows appended, folds the delta into the blocks when it holds a quarter as many
-    /// rows as they do (or `fold_all`), and returns the new [`BLOCK_ROWS`] count.
-    pub fn finish(self, fold_all: bool) -> Result<u64> {
-        self.finish_counted(fold_all, &mut RowCounter::stage(&Silent, "", None))
-    }
-
-    /// [`AttemptWriter::finish`], counting the rows a fold merges on `count`.
-    fn finish_counted(mut self, fold_all: bool, count: &mut RowCounter<'_>) -> Result<u64> {
+    /// Stores the rows appended, stores the transaction's run and merges runs by tier, and
+    /// returns the new [`BLOCK_ROWS`] count.
+    pub fn finish(mut self) -> Result<u64> {
         self.store_tail()?;
         self.tail_open = false;
-        let delta = self.delta.len()?;
-        if delta > 0 && (fold_all || delta * 4 >= self.block_rows) {
-            self.fold(count)?;
-            self.store_tail()?;
+        let pending = std::mem::take(&mut self.pending);
+        if !pending.is_empty() {
+            let rows = pending.len() as u64;
+            let id = self.new_run_id();
+            let mut b = BlockBuilder::default();
+            let mut hashes = Vec::with_capacity(pending.len());
+            for ((job, no), value) in &pending {
+                hashes.push(crate::storage::key_filter::hash(job, *no));
+                b.push(job, *no, value);
+                if b.raw_bytes() >= self.target {
+                    self.store_run(id, &mut b)?;
+                }
+            }
+            drop(pending);
+            self.store_run(id, &mut b)?;
+            self.add_run(id, rows, &hashes)?;
+            self.merge_tiers()?;
         }
         Ok(self.block_rows)
     }
+
+    /// Folds format 8's delta (a migration's rows) into the blocks, counting its rows on
+    /// `count`; returns the new [`BLOCK_ROWS`] count.
+    fn fold_delta(mut self, count: &mut RowCounter<'_>) -> Result<u64> {
+        self.store_tail()?;
+        self.tail_open = false;
+        if self.delta.len()? > 0 {
+            self.fold(count)?;
+            self.store_tail()?;
+        }
+        self.finish()
+    }
+
+    /// A run number above every run held.
+    fn new_run_id(&self) -> u64 {
+        self.run_list.last().map_or(1, |(id, _)| id + 1)
+    }
+
+    /// Packs `b`'s rows into blocks of run `id` and stores them.
+    fn store_run(&mut self, id: u64, b: &mut BlockBuilder) -> Result<()> {
+        let raw = b.raw_bytes();
+        let mut packed = 0;
+        for ((job, no), stored) in b.finish_within() {
+            packed += stored.len();
+            self.runs.insert((id, job.as_str(), no), stored.as_slice())?;
+        }
+        if packed > 0 {
+            self.target = raw_target(raw, packed);
+        }
+        Ok(())
+    }
+
+    /// Records run `id`, its blocks stored: its header, with the filter of its keys' hashes.
+    fn add_run(&mut self, id: u64, rows: u64, hashes: &[u64]) -> Result<()> {
+        let filter = crate::storage::key_filter::build_hashed(hashes.iter().copied(), hashes.len());
+        self.dir.insert(id, encode_head(rows, &filter).as_slice())?;
+        self.run_list.push((id, rows));
+        self.filters = None;
+        Ok(())
+    }
+
+    /// Drops run `id`: its blocks and its header.
+    fn drop_run(&mut self, id: u64) -> Result<()> {
+        self.runs
+            .retain_in::<(u64, &str, u32), _>((id, "", 0)..(id + 1, "", 0), |_, _| false)?;
+        self.dir.remove(id)?;
+        self.run_list.retain(|(r, _)| *r != id);
+        self.filters = None;
+        Ok(())
+    }
+
+    /// Merges the newest [`FAN_IN`] runs into one while [`merges`] says so.
+    fn merge_tiers(&mut self) -> Result<()> {
+        while self.run_list.len() >= FAN_IN {
+            let newest = &self.run_list[self.run_list.len() - FAN_IN..];
+            if !merges(newest[0].1, newest[FAN_IN - 1].1) {
+                break;
+            }
+            let ids: Vec<u64> = newest.iter().map(|(id, _)| *id).collect();
+            self.merge(&ids)?;
+        }
+        Ok(())
+    }
+
+    /// Merges runs `ids` (oldest first) into one new run, a newer run's row shadowing an older's.
+    fn merge(&mut self, ids: &[u64]) -> Result<()> {
+        let id = self.new_run_id();
+        let mut merger = Merger::new(ids.iter().rev().copied(), false);
+        let mut b = BlockBuilder::default();
+        let mut hashes = Vec::new();
+        loop {
+            let more = merger.step(&self.blocks, &self.runs, false, &mut |piece| -> Result<()> {
+                if let Piece::Row { key, value } = piece {
+                    hashes.push(crate::storage::key_filter::hash(key.0, key.1));
+                    b.push(key.0, key.1, value);
+                }
+                Ok(())
+            })?;
+            if !more {
+                break;
+            }
+            if b.raw_bytes() >= self.target {
+                self.store_run(id, &mut b)?;
+            }
+        }
+        self.store_run(id, &mut b)?;
+        for &old in ids {
+            self.drop_run(old)?;
+        }
+        if !hashes.is_empty() {
+            self.add_run(id, hashes.len() as u64, &hashes)?;
+        }
+        Ok(())
+    }
+
+    /// Removes these keys' rows from every run (each block they fall in rewritten once), keeping
+    /// each run's header's row count; a run left empty is dropped. Its filter stays: it still
+    /// lets every key the run holds pass.
+    fn remove_from_runs(&mut self, keys: &std::collections::BTreeSet<(String, u32)>) -> Result<()> {
+        for (id, rows) in self.run_list.clone() {
+            let mut removed = 0u64;
+            let mut keys = keys.iter().peekable();
+            while let Some((job, no)) = keys.peek() {
+                let Some((last, stored)) = run_block(&self.runs, id, (job.as_str(), *no))? else {
+                    break;
+                };
+                let block = Block::decode(&stored).map_err(|r| corrupt((id, &last), r))?;
+                let mut gone = Vec::new();
+                while let Some((j, n)) = keys.peek() {
+                    if (j.as_str(), *n) > (last.0.as_str(), last.1) {
+                        break;
+                    }
+                    if let Ok(i) = block.find((j.as_str(), *n)) {
+                        gone.push(i);
+                    }
+                    keys.next();
+                }
+                if gone.is_empty() {
+                    continue;
+                }
+                removed += gone.len() as u64;
+                self.runs.remove((id, last.0.as_str(), last.1))?;
+                let mut b = BlockBuilder::default();
+                let mut gone = gone.into_iter().peekable();
+                for i in 0..block.len() {
+                    if gone.next_if_eq(&i).is_some() {
+                        continue;
+                    }
+                    let (j, n) = block.key(i);
+                    b.push(j, n, block.value(i));
+                }
+                self.store_run(id, &mut b)?;
+            }
+            if removed == 0 {
+                continue;
+            }
+            let left = rows.saturating_sub(removed);
+            if left == 0 {
+                self.drop_run(id)?;
+                continue;
+            }
+            let head = {
+                let head = self
+                    .dir
+                    .get(id)?
+                    .ok_or_else(|| corrupt(id, "a run without its header".into()))?;
+                encode_head(left, decode_head(id, head.value())?.1)
+            };
+            self.dir.insert(id, head.as_slice())?;
+            for r in &mut self.run_list {
+                if r.0 == id {
+                    r.1 = left;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// The attempt rows of a read transaction, blocks and delta merged.
-pub type ReadRows = AttemptRows<ReadOnlyTable<Key, &'static [u8]>, ReadOnlyTable<Key, &'static [u8]>>;
+/// The attempt rows of a read transaction, blocks and runs merged.
+pub type ReadRows = AttemptRows<ReadOnlyTable<Key, &'static [u8]>, ReadOnlyTable<RunKey, &'static [u8]>>;
 
 /// The attempt rows of a read transaction. Errors: storage errors.
 pub fn read_rows(txn: &ReadTransaction) -> Result<ReadRows> {
-    Ok(AttemptRows::new(
+    AttemptRows::new(
         txn.open_table(ATTEMPT_BLOCK)?,
-        txn.open_table(ATTEMPT)?,
-    ))
+        txn.open_table(ATTEMPT_RUN)?,
+        &txn.open_table(ATTEMPT_RUN_DIR)?,
+    )
 }
+
+/// The attempt rows of a write transaction as it stands (close it before opening an
+/// [`AttemptWriter`] on the same transaction). Errors: storage errors.
+pub fn write_rows(txn: &WriteTransaction) -> Result<WriteRows<'_>> {
+    AttemptRows::new(
+        txn.open_table(ATTEMPT_BLOCK)?,
+        txn.open_table(ATTEMPT_RUN)?,
+        &txn.open_table(ATTEMPT_RUN_DIR)?,
+    )
+}
+
+/// The attempt rows of a write transaction, blocks and runs merged.
+pub type WriteRows<'txn> = AttemptRows<Table<'txn, Key, &'static [u8]>, Table<'txn, RunKey, &'static [u8]>>;
 
 /// Format version 5 to 6: every row of the `attempt` table, where a version 5 file keeps them
 /// all, is packed into blocks, values unchanged; sets the [`BLOCK_ROWS`] and [`ATTEMPT_ROWS`]
@@ -533,12 +1092,69 @@ pub fn read_rows(txn: &ReadTransaction) -> Result<ReadRows> {
 pub(crate) fn migrate_v5(txn: &WriteTransaction, progress: &dyn Progress) -> Result<()> {
     let rows = txn.open_table(ATTEMPT)?.len()?;
     let mut count = RowCounter::stage(progress, "packing attempt rows", Some(rows));
-    let block_rows = AttemptWriter::open(txn, 0)?.finish_counted(true, &mut count)?;
+    let block_rows = AttemptWriter::open(txn, 0)?.fold_delta(&mut count)?;
     count.finish();
     let mut counter = txn.open_table(COUNTER)?;
     counter.insert(BLOCK_ROWS, block_rows)?;
     counter.insert(ATTEMPT_ROWS, rows)?;
     Ok(())
+}
+
+/// Format versions 6 to 8 to 9: the rows of the delta ([`ATTEMPT`]) are folded into the blocks,
+/// values unchanged, and the delta is left empty; sets the [`BLOCK_ROWS`] counter.
+pub(crate) fn migrate_v8(txn: &WriteTransaction, progress: &dyn Progress) -> Result<()> {
+    let rows = txn.open_table(ATTEMPT)?.len()?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let block_rows = txn.open_table(COUNTER)?.get(BLOCK_ROWS)?.map_or(0, |v| v.value());
+    let mut count = RowCounter::stage(progress, "folding attempt rows into blocks", Some(rows));
+    let block_rows = AttemptWriter::open(txn, block_rows)?.fold_delta(&mut count)?;
+    count.finish();
+    txn.open_table(COUNTER)?.insert(BLOCK_ROWS, block_rows)?;
+    Ok(())
+}
+
+/// Moves every run's rows into format 8's delta ([`ATTEMPT`]), where a newer row shadows an older
+/// one and a block's as the runs do, and drops the runs: what format versions 6 to 8 read.
+fn runs_into_delta(txn: &WriteTransaction) -> Result<()> {
+    {
+        let mut delta = txn.open_table(ATTEMPT)?;
+        let runs = txn.open_table(ATTEMPT_RUN)?;
+        let dir = txn.open_table(ATTEMPT_RUN_DIR)?;
+        // Oldest first: a newer run's row overwrites an older's.
+        for (id, _) in run_list(&dir)? {
+            for row in runs.range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0))? {
+                let (k, v) = row?;
+                let block = Block::decode(v.value()).map_err(|r| corrupt(k.value(), r))?;
+                for i in 0..block.len() {
+                    let (job, no) = block.key(i);
+                    delta.insert((job, no), block.value(i))?;
+                }
+            }
+        }
+    }
+    txn.delete_table(ATTEMPT_RUN)?;
+    txn.delete_table(ATTEMPT_RUN_DIR)?;
+    Ok(())
+}
+
+/// Folds every run's rows into the blocks (a newer row replacing an older one) and drops the runs.
+fn fold_runs(txn: &WriteTransaction) -> Result<()> {
+    runs_into_delta(txn)?;
+    let block_rows = txn.open_table(COUNTER)?.get(BLOCK_ROWS)?.map_or(0, |v| v.value());
+    let block_rows =
+        AttemptWriter::open(txn, block_rows)?.fold_delta(&mut RowCounter::stage(&crate::progress::Silent, "", None))?;
+    txn.open_table(COUNTER)?.insert(BLOCK_ROWS, block_rows)?;
+    Ok(())
+}
+
+/// Writes every run's rows into the delta and drops the runs: with `meta["format_version"]` set to
+/// 8 after it, the file is what version 8 wrote (for tests of the migrations, or to hand a file
+/// back to an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does
+/// not unpack.
+pub fn write_as_format_8(txn: &WriteTransaction) -> Result<()> {
+    runs_into_delta(txn)
 }
 
 /// Writes one attempt row's stored value in `txn` (`None` removes the row), outside the write
@@ -562,7 +1178,7 @@ pub fn set_row(txn: &WriteTransaction, job_id: &str, attempt_no: u32, value: Opt
             rows - u64::from(held)
         }
     };
-    counter.insert(BLOCK_ROWS, w.finish(false)?)?;
+    counter.insert(BLOCK_ROWS, w.finish()?)?;
     counter.insert(ATTEMPT_ROWS, rows)?;
     Ok(())
 }
@@ -572,6 +1188,7 @@ pub fn set_row(txn: &WriteTransaction, job_id: &str, attempt_no: u32, value: Opt
 /// the file is what version 5 wrote (for tests of the migrations, or to hand a file back to an
 /// older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
+    runs_into_delta(txn)?;
     {
         let mut delta = txn.open_table(ATTEMPT)?;
         let blocks = txn.open_table(ATTEMPT_BLOCK)?;
@@ -594,20 +1211,23 @@ pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
     Ok(())
 }
 
-/// Rewrites every attempt block in format version 7's layout (framed, no key filter), rows
-/// unchanged ([`crate::storage::attempt_block::to_format_7`]): with `meta["format_version"]` set to 7
+/// Folds the runs into the blocks, then rewrites every attempt block in format version 7's layout
+/// (framed, no key filter), rows unchanged ([`crate::storage::attempt_block::to_format_7`]): with `meta["format_version"]` set to 7
 /// after it, the file is what version 7 wrote (for tests of the migrations, or to hand a file back
 /// to an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not
 /// unpack.
 pub fn write_as_format_7(txn: &WriteTransaction) -> Result<()> {
+    fold_runs(txn)?;
     rewrite_blocks(txn, crate::storage::attempt_block::to_format_7)
 }
 
-/// Rewrites every attempt block in format version 6's one-frame layout, rows unchanged
+/// Folds the runs into the blocks, then rewrites every attempt block in format version 6's
+/// one-frame layout, rows unchanged
 /// ([`crate::storage::attempt_block::to_format_6`]): with `meta["format_version"]` set to 6 after it, the
 /// file is what version 6 wrote (for tests of the migrations, or to hand a file back to an older
 /// laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_6(txn: &WriteTransaction) -> Result<()> {
+    fold_runs(txn)?;
     rewrite_blocks(txn, crate::storage::attempt_block::to_format_6)
 }
 
@@ -697,6 +1317,7 @@ mod tests {
         let mut model = Model::new();
         let mut block_rows = 0;
         let mut next_job = 0u32;
+        let (mut max_runs, mut merged) = (0, false);
         for round in 0..30 {
             let txn = db.begin_write().unwrap();
             {
@@ -714,10 +1335,20 @@ mod tests {
                         })
                         .collect();
                     let kind = rng.next_u64() % 10;
-                    let key = if kind < 6 || model.is_empty() {
+                    let key = if kind < 4 || model.is_empty() {
                         // Above every key held: jobs numbered in order.
                         next_job += 1;
                         (format!("job-{next_job:05}"), 1)
+                    } else if kind < 7 {
+                        // A new job inside the range held: a random id.
+                        (
+                            format!(
+                                "job-{:05}-{:08x}",
+                                rng.next_u64() % u64::from(next_job),
+                                rng.next_u64() as u32
+                            ),
+                            1,
+                        )
                     } else {
                         // A new attempt of a job held, or a row held rewritten.
                         let job = format!("job-{:05}", rng.next_u64() % u64::from(next_job) + 1);
@@ -727,7 +1358,13 @@ mod tests {
                         .last_key()
                         .unwrap()
                         .is_none_or(|l| (key.0.as_str(), key.1) > (l.0.as_str(), l.1));
-                    assert_eq!(w.get(&key.0, key.1).unwrap().as_ref(), model.get(&key));
+                    assert_eq!(
+                        w.get(&key.0, key.1).unwrap().as_ref(),
+                        model.get(&key),
+                        "round {round} key {key:?} runs {:?} pending {}",
+                        w.run_list,
+                        w.pending.contains_key(&key)
+                    );
                     if above {
                         w.append(&key.0, key.1, &value).unwrap();
                     } else {
@@ -744,23 +1381,49 @@ mod tests {
                     w.remove(&gone).unwrap();
                     model.retain(|k, _| !gone.contains(k));
                 }
-                block_rows = w.finish(round % 7 == 6).unwrap();
+                block_rows = w.finish().unwrap();
             }
             txn.commit().unwrap();
             read_back(&db, &model);
             let txn = db.begin_read().unwrap();
-            let (blocks, delta) = (txn.open_table(ATTEMPT_BLOCK).unwrap(), txn.open_table(ATTEMPT).unwrap());
-            let delta = delta.len().unwrap();
+            let blocks = txn.open_table(ATTEMPT_BLOCK).unwrap();
             let mut stored = 0;
             for b in blocks.iter().unwrap() {
                 stored += block_rows_of(b.unwrap().1.value());
             }
             assert_eq!(stored, block_rows, "round {round}: the counter is the blocks' rows");
-            assert!(
-                delta * 4 < block_rows.max(1),
-                "round {round}: the delta ({delta}) stays a quarter of the blocks ({block_rows})"
+            // Each run's header counts the rows its blocks hold, and the tiers keep them few.
+            let (runs, dir) = (
+                txn.open_table(ATTEMPT_RUN).unwrap(),
+                txn.open_table(ATTEMPT_RUN_DIR).unwrap(),
             );
+            let list = run_list(&dir).unwrap();
+            for &(id, rows) in &list {
+                let mut held = 0;
+                for b in runs.range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0)).unwrap() {
+                    held += block_rows_of(b.unwrap().1.value());
+                }
+                assert_eq!(held, rows, "round {round}: run {id}");
+                assert!(rows > 0, "round {round}: an empty run {id} is dropped");
+            }
+            let tiers: Vec<u32> = list.iter().map(|(_, rows)| tier(*rows)).collect();
+            assert!(
+                list.len() <= 3 * 6,
+                "round {round}: {} runs, tiers {tiers:?}",
+                list.len()
+            );
+            assert_eq!(
+                txn.open_table(ATTEMPT).unwrap().len().unwrap(),
+                0,
+                "the delta stays empty"
+            );
+            max_runs = max_runs.max(list.len());
+            merged |= list.windows(2).any(|w| w[1].0 > w[0].0 + 1);
         }
+        assert!(
+            max_runs >= 3 && merged,
+            "runs were made ({max_runs} at most) and merged ({merged})"
+        );
         assert!(model.len() > 1500, "{}", model.len());
         let txn = db.begin_read().unwrap();
         let blocks = txn.open_table(ATTEMPT_BLOCK).unwrap();

@@ -23,7 +23,7 @@ pub const BITS_PER_KEY: usize = 10;
 pub const PROBES: u8 = 7;
 
 /// The 64-bit hash a key's probes come from.
-fn hash(job_id: &str, attempt_no: u32) -> u64 {
+pub fn hash(job_id: &str, attempt_no: u32) -> u64 {
     let mut buf = [0u8; 128];
     let job = job_id.as_bytes();
     if job.len() + 4 <= buf.len() {
@@ -40,19 +40,29 @@ fn hash(job_id: &str, attempt_no: u32) -> u64 {
 
 /// The bit positions of a key's probes in a filter of `bits` bits.
 fn probes(job_id: &str, attempt_no: u32, k: u8, bits: u64) -> impl Iterator<Item = u64> {
-    let h = hash(job_id, attempt_no);
+    probes_of(hash(job_id, attempt_no), k, bits)
+}
+
+/// The bit positions of the probes of a key of hash `h` ([`hash`]).
+fn probes_of(h: u64, k: u8, bits: u64) -> impl Iterator<Item = u64> {
     let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
     (0..u64::from(k)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % bits)
 }
 
 /// The filter of `keys` (`count` of them), to store.
 pub fn build<'a>(keys: impl Iterator<Item = (&'a str, u32)>, count: usize) -> Vec<u8> {
+    build_hashed(keys.map(|(job, no)| hash(job, no)), count)
+}
+
+/// The filter of the keys whose [`hash`]es these are (`count` of them), to store: the same bytes
+/// as [`build`] of the keys.
+pub fn build_hashed(hashes: impl Iterator<Item = u64>, count: usize) -> Vec<u8> {
     let bytes = (count * BITS_PER_KEY).div_ceil(8).max(8);
     let mut out = vec![0u8; 1 + bytes];
     out[0] = PROBES;
     let bits = (bytes * 8) as u64;
-    for (job, no) in keys {
-        for p in probes(job, no, PROBES, bits) {
+    for h in hashes {
+        for p in probes_of(h, PROBES, bits) {
             out[1 + (p / 8) as usize] |= 1 << (p % 8);
         }
     }

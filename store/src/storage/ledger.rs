@@ -25,9 +25,9 @@ use crate::storage::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::storage::idem_index::IdemIndex;
 use crate::storage::reject_seen::RejectSeen;
 use crate::storage::tables::{
-    ATTEMPT, ATTEMPT_BLOCK, ATTEMPT_CONFLICT, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP, COUNTER, DECISION,
-    DECISION_CONFLICT, FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP, VERIFY_RUN,
-    WEEK_SNAPSHOT,
+    ATTEMPT, ATTEMPT_BLOCK, ATTEMPT_CONFLICT, ATTEMPT_RUN, ATTEMPT_RUN_DIR, CHAIN_BLOCK, CHAIN_CHECKPOINT, CHAIN_TIP,
+    COUNTER, DECISION, DECISION_CONFLICT, FORMAT_VERSION, IDEM_RUN, IDEM_RUN_DIR, INGEST_REJECT, META, RETENTION_SWEEP,
+    VERIFY_RUN, WEEK_SNAPSHOT,
 };
 
 /// One record offered to the ledger: a parsed attempt, or a line already known to be bad.
@@ -400,6 +400,8 @@ impl Ledger {
             let found = meta.get("format_version")?.map(|v| v.value());
             txn.open_table(ATTEMPT)?;
             txn.open_table(ATTEMPT_BLOCK)?;
+            txn.open_table(ATTEMPT_RUN)?;
+            txn.open_table(ATTEMPT_RUN_DIR)?;
             txn.open_table(IDEM_RUN)?;
             txn.open_table(IDEM_RUN_DIR)?;
             txn.open_table(ATTEMPT_CONFLICT)?;
@@ -437,6 +439,9 @@ impl Ledger {
                     }
                     if v < 6 {
                         crate::storage::attempt_store::migrate_v5(&txn, progress)?;
+                    }
+                    if v < 9 {
+                        crate::storage::attempt_store::migrate_v8(&txn, progress)?;
                     }
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
@@ -776,7 +781,7 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
-            counter.insert(BLOCK_ROWS, rows.finish(false)?)?;
+            counter.insert(BLOCK_ROWS, rows.finish()?)?;
             counter.insert(ATTEMPT_ROWS, attempt_rows + totals.accepted)?;
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
             IdemIndex::open(txn)?.append(&mut new_keys)?;

@@ -33,11 +33,11 @@ use crate::config::LaneConfig;
 use crate::error::{Error, Result};
 use crate::model::record::StoredAttempt;
 use crate::progress::{Progress, RowCounter};
-use crate::storage::attempt_store::{ATTEMPT_ROWS, AttemptRows, AttemptWriter, BLOCK_ROWS, Key, Piece};
+use crate::storage::attempt_store::{ATTEMPT_ROWS, AttemptRows, AttemptWriter, BLOCK_ROWS, Key, Piece, RunKey};
 use crate::storage::chain::{CHAIN_ENTRIES, ChainWriter, CheckpointRecord, EntryKind, Hash, RecordKey, to_hex};
 use crate::storage::idem_index::IdemIndex;
 use crate::storage::ledger::{Ledger, decode, decode_attempt, encode};
-use crate::storage::tables::{ATTEMPT, ATTEMPT_BLOCK, CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
+use crate::storage::tables::{CHAIN_CHECKPOINT, COUNTER, RETENTION_SWEEP, WEEK_SNAPSHOT};
 
 /// Microseconds in a day.
 pub const DAY_MICROS: i64 = 86_400_000_000;
@@ -253,8 +253,8 @@ struct PlanProgress<'a> {
 }
 
 /// The plan over one snapshot of the attempt table.
-fn plan_from<B: ReadableTable<Key, &'static [u8]>, D: ReadableTable<Key, &'static [u8]>>(
-    rows: &AttemptRows<B, D>,
+fn plan_from<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8]>>(
+    rows: &AttemptRows<B, R>,
     now: i64,
     rule: RetentionRule,
     p: PlanProgress,
@@ -455,7 +455,7 @@ impl Ledger {
                 attempts,
             };
             let fresh = plan_from(
-                &AttemptRows::new(txn.open_table(ATTEMPT_BLOCK)?, txn.open_table(ATTEMPT)?),
+                &crate::storage::attempt_store::write_rows(&txn)?,
                 plan.now,
                 plan.rule,
                 p,
@@ -486,7 +486,7 @@ impl Ledger {
             let (block_rows, attempt_rows) = (count(BLOCK_ROWS)?, count(ATTEMPT_ROWS)?);
             let mut attempts = AttemptWriter::open(&txn, block_rows)?;
             attempts.remove(&keys)?;
-            counter.insert(BLOCK_ROWS, attempts.finish(false)?)?;
+            counter.insert(BLOCK_ROWS, attempts.finish()?)?;
             counter.insert(ATTEMPT_ROWS, attempt_rows.saturating_sub(keys.len() as u64))?;
             let rows: HashSet<(&str, u32)> = fresh
                 .attempts

@@ -26,18 +26,32 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// ([`crate::storage::key_filter`]), so that the write path's check for a new key inside the
 /// blocks' range (random ids) costs no unpacking; a version 7 or 6 file's blocks are still read, so
 /// it only has its version raised, and a block gets its filter when a write rewrites it.
-pub const FORMAT_VERSION: u64 = 8;
+/// Version 9 keeps the rows a write puts inside the blocks' key range (random ids, completions) in
+/// sorted runs merged by size tier ([`ATTEMPT_RUN`], [`ATTEMPT_RUN_DIR`]) instead of the delta
+/// B-tree [`ATTEMPT`], whose random page writes and folds were most of a random-id ingest; a
+/// version 8 or older file's delta is folded into the blocks when it is opened, and [`ATTEMPT`]
+/// stays empty.
+pub const FORMAT_VERSION: u64 = 9;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// The attempt rows' delta (format version 6; before it, every attempt row), keyed by
+/// The attempt rows' delta (format versions 6 to 8; before them, every attempt row), keyed by
 /// (job_id, attempt_no): rows written out of key order and completions, shadowing the rows of
-/// [`ATTEMPT_BLOCK`] of the same key until a commit folds them in ([`crate::storage::attempt_store`]).
+/// [`ATTEMPT_BLOCK`] of the same key until a commit folds them in. Since version 9 it is only
+/// where a migration stages rows before folding them into the blocks: empty otherwise.
 pub const ATTEMPT: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt");
 /// The attempt rows in zstd-packed blocks of at most 32 KiB in key order, each under its last key
 /// (job_id, attempt_no); the layout is [`crate::storage::attempt_block`]'s. Format version 6 (framed values
 /// since version 7).
 pub const ATTEMPT_BLOCK: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("attempt_block");
+/// The attempt rows' runs (format version 9, see [`crate::storage::attempt_store`]), keyed by (run number,
+/// job_id, attempt_no): each run is rows in key order, in blocks of [`crate::storage::attempt_block`]'s
+/// layout, each under the run's number and the block's last key. A newer run has a higher number,
+/// and its row shadows an older run's or [`ATTEMPT_BLOCK`]'s row of the same key.
+pub const ATTEMPT_RUN: TableDefinition<(u64, &str, u32), &[u8]> = TableDefinition::new("attempt_run");
+/// One header per attempt run, keyed by run number: its row count and a filter of its keys
+/// ([`crate::storage::attempt_store`]).
+pub const ATTEMPT_RUN_DIR: TableDefinition<u64, &[u8]> = TableDefinition::new("attempt_run_dir");
 /// The idem_key index of format version 3: one key (idem_key, job_id, attempt_no) per attempt, no
 /// value; read only to migrate it into [`IDEM_RUN`], then deleted.
 pub const ATTEMPT_IDEM: TableDefinition<(&str, &str, u32), ()> = TableDefinition::new("attempt_idem");
