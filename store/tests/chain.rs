@@ -6,13 +6,17 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
-use laneledger_store::storage::chain::{BLOCK_BYTES, Problem, RecordKey, encode_v4_entry, join_block, split_block};
+use laneledger_store::storage::chain::{
+    BLOCK_BYTES, Problem, RecordKey, VerifyReport, encode_v4_entry, join_block, split_block,
+};
 use laneledger_store::storage::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::storage::tables::{
     ATTEMPT_BY_IDEM_KEY, ATTEMPT_CONFLICT, ATTEMPT_IDEM, CHAIN_BLOCK, CHAIN_BLOCK_V4, CHAIN_CHECKPOINT, CHAIN_TIP,
     CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
-use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_decisions_reader, ingest_reader, parse_timestamp};
+use laneledger_store::{
+    DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader, ingest_reader, parse_timestamp,
+};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 const START: &str = "2026-09-01T00:00:00Z";
@@ -947,6 +951,26 @@ fn block_layouts(ledger: &Ledger) -> Vec<u64> {
         .collect()
 }
 
+/// `l` holds what `rows` and `report` were read from: every attempt in order, every job's lookup
+/// (more than 20 jobs), and `verify`'s tip and counts, nothing bad.
+fn assert_holds(l: &Ledger, rows: &[StoredAttempt], report: &VerifyReport) {
+    let mut again = Vec::new();
+    l.for_each_attempt(|s| again.push(s)).unwrap();
+    assert_eq!(again, rows);
+    let mut jobs: Vec<&str> = rows.iter().map(|s| s.attempt.job_id.as_str()).collect();
+    jobs.dedup();
+    assert!(jobs.len() > 20);
+    for job in jobs {
+        let want: Vec<_> = rows.iter().filter(|s| s.attempt.job_id == job).cloned().collect();
+        assert_eq!(l.job_attempts(job).unwrap(), want, "{job}");
+    }
+    let after = l.verify().unwrap();
+    assert_eq!(
+        (after.tip, after.entries, after.records, after.first_bad),
+        (report.tip.clone(), report.entries, report.records, None)
+    );
+}
+
 /// A format 6 file, its blocks one values frame each, only has its version raised when opened:
 /// its blocks stay as they are and give the same rows, every job's lookup and the same tip, and
 /// the next write packs framed blocks.
@@ -980,21 +1004,7 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
     assert_eq!((l.migrated_from(), format_version(&l)), (Some(6), FORMAT_VERSION));
     let before = block_layouts(&l);
     assert!(!before.is_empty() && before.iter().all(|v| *v == 6), "{before:?}");
-    let mut again = Vec::new();
-    l.for_each_attempt(|s| again.push(s)).unwrap();
-    assert_eq!(again, rows);
-    let mut jobs: Vec<&str> = rows.iter().map(|s| s.attempt.job_id.as_str()).collect();
-    jobs.dedup();
-    assert!(jobs.len() > 20);
-    for job in jobs {
-        let want: Vec<_> = rows.iter().filter(|s| s.attempt.job_id == job).cloned().collect();
-        assert_eq!(l.job_attempts(job).unwrap(), want, "{job}");
-    }
-    let after = l.verify().unwrap();
-    assert_eq!(
-        (after.tip, after.entries, after.records, after.first_bad),
-        (report.tip, report.entries, report.records, None)
-    );
+    assert_holds(&l, &rows, &report);
 
     let mut new = rows[0].attempt.clone();
     (new.job_id, new.attempt_no, new.idem_key) = ("zz-1".into(), 1, "zz-idem".into());
@@ -1044,22 +1054,7 @@ fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten(
     assert_eq!((l.migrated_from(), format_version(&l)), (Some(7), FORMAT_VERSION));
     let before = block_layouts(&l);
     assert!(!before.is_empty() && before.iter().all(|v| *v == 7), "{before:?}");
-    let mut again = Vec::new();
-    l.for_each_attempt(|s| again.push(s)).unwrap();
-    assert_eq!(again, rows);
-    for s in rows.iter().step_by(5) {
-        let want: Vec<_> = rows
-            .iter()
-            .filter(|r| r.attempt.job_id == s.attempt.job_id)
-            .cloned()
-            .collect();
-        assert_eq!(l.job_attempts(&s.attempt.job_id).unwrap(), want);
-    }
-    let after = l.verify().unwrap();
-    assert_eq!(
-        (after.tip, after.entries, after.records, after.first_bad),
-        (report.tip, report.entries, report.records, None)
-    );
+    assert_holds(&l, &rows, &report);
 
     // Every row delivered again: all duplicates, nothing written.
     let text: String = rows.iter().map(|s| format!("{}\n", s.attempt.to_json())).collect();
@@ -1130,24 +1125,9 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
     let l = Ledger::open(&path).unwrap();
     assert_eq!((l.migrated_from(), format_version(&l)), (Some(8), FORMAT_VERSION));
     assert_eq!((delta_rows(&l), runs(&l)), (0, 0));
-    let mut again = Vec::new();
-    l.for_each_attempt(|s| again.push(s)).unwrap();
-    assert_eq!(again, rows);
-    for s in &rows {
-        let want: Vec<_> = rows
-            .iter()
-            .filter(|r| r.attempt.job_id == s.attempt.job_id)
-            .cloned()
-            .collect();
-        assert_eq!(l.job_attempts(&s.attempt.job_id).unwrap(), want);
-    }
-    let after = l.verify().unwrap();
-    assert_eq!(
-        (after.tip, after.entries, after.records, after.first_bad),
-        (report.tip, report.entries, report.records, None)
-    );
+    assert_holds(&l, &rows, &report);
 
-    // A new key inside the blocks' range and a completion of a row held: a run, read back.
+    // A new key inside the blocks' range: a run, read back.
     let mut inside = rows[0].attempt.clone();
     (inside.job_id, inside.attempt_no, inside.idem_key) =
         (format!("{}-b", rows[0].attempt.job_id), 1, "in-idem".into());
