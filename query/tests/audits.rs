@@ -459,7 +459,8 @@ async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
     let attempts = laneledger_query::tables::job_attempt::scan_columns(&ledger, &audits::COLUMNS).unwrap();
     let snap = audits::Snapshot::new(&attempts).unwrap();
     let settings = audits::AuditSettings::default();
-    for ((table, w45, w46), (name, _, build)) in expected.into_iter().zip(audits::audit_tables()) {
+    for ((table, w45, w46), audit) in expected.into_iter().zip(audits::audit_tables()) {
+        let (name, build) = (audit.name, audit.build);
         assert_eq!(table, name);
         for (week, rows) in [("2026-W45", w45), ("2026-W46", w46), ("2026-W47", 0)] {
             let batch = build(&snap, &settings, Some(week)).unwrap();

@@ -6,6 +6,8 @@ mod common;
 use laneledger_query::Session;
 use laneledger_query::derived::views::SEED_Q2_DUPLICATES;
 use laneledger_store::drill::Policy;
+// The drill's generator, seeded: a failing random sequence can be run again.
+use laneledger_store::drill::SplitMix64 as Rng;
 use laneledger_store::{DEFAULT_BATCH, InputFormat, Ledger, ingest_reader};
 
 /// Eight attempts: k1 has artifacts a1, a1 (again, on job j2) and b1; k2 none; k3 c3 twice on one
@@ -53,6 +55,19 @@ async fn rows(session: &Session, sql: &str) -> Vec<Vec<String>> {
         .skip(1)
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect()
+}
+
+/// A retention sweep at `now` (RFC 3339) of the attempts older than `days`.
+async fn sweep(session: &Session, now: &str, days: u32) {
+    let now = laneledger_store::parse_timestamp(now).unwrap();
+    let rule = laneledger_store::storage::retention::RetentionRule {
+        days,
+        reconcile_window_s: 900,
+    };
+    let opts = laneledger_query::archive::retention::SweepOptions::new(rule);
+    laneledger_query::archive::retention::sweep(session, now, &opts)
+        .await
+        .unwrap();
 }
 
 async fn plan(session: &Session, sql: &str) -> String {
@@ -221,15 +236,7 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
     assert_ne!(answers(&session).await, first);
 
     // A sweep removes rows: the columns are read again.
-    let now = laneledger_store::parse_timestamp("2027-06-01T00:00:00Z").unwrap();
-    let rule = laneledger_store::storage::retention::RetentionRule {
-        days: 30,
-        reconcile_window_s: 900,
-    };
-    let opts = laneledger_query::archive::retention::SweepOptions::new(rule);
-    laneledger_query::archive::retention::sweep(&session, now, &opts)
-        .await
-        .unwrap();
+    sweep(&session, "2027-06-01T00:00:00Z", 30).await;
     let fresh = Session::new(ledger.clone()).await.unwrap();
     assert_eq!(answers(&session).await, answers(&fresh).await, "after the sweep");
     assert!(session.attempt_scans() > scans, "a sweep makes the session scan");
@@ -517,4 +524,256 @@ async fn a_limit_without_order_by_gives_the_tables_first_rows_in_order() {
             assert!(got == sorted, "{table} LIMIT {n}: {plan}");
         }
     }
+}
+
+/// A draw below `n`.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.next_u64() % n
+}
+
+/// One of `of`, drawn.
+fn pick<'a>(rng: &mut Rng, of: &[&'a str]) -> &'a str {
+    of[below(rng, of.len() as u64) as usize]
+}
+
+/// The start of one attempt as a router logs it (no closing brace), with what the audits look at
+/// drawn at random: lanes, keys of two pools, times over three ISO weeks; [`ended`] adds the end.
+fn random_attempt(rng: &mut Rng, job: &str, idem: &str, no: u32, start_s: i64) -> String {
+    let lane = pick(rng, &["free", "free", "paid"]);
+    let key = pick(rng, &["k-a", "k-b", "k-c", "k-d"]);
+    let pool = if key < "k-c" { "pool-1" } else { "pool-2" };
+    format!(
+        r#"{{"job_id":"{job}","idem_key":"{idem}","attempt_no":{no},"lane":"{lane}","started_at":"{}","key_id":"{key}","pool_id":"{pool}","model":"m-{lane}""#,
+        at_s(start_s)
+    )
+}
+
+/// `2026-11-02T00:00:00Z` plus `s` seconds, as RFC 3339.
+fn at_s(s: i64) -> String {
+    let base = laneledger_store::parse_timestamp("2026-11-02T00:00:00Z").unwrap() / 1_000_000;
+    chrono::DateTime::from_timestamp(base + s, 0)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// `attempt` (from [`random_attempt`]) ended: an outcome and refusal drawn at random (429, 1305,
+/// 401, 400, 500, a 429 logged ok), tokens, and artifacts that differ now and then under one
+/// idem_key.
+fn ended(rng: &mut Rng, attempt: &str, idem: &str, start_s: i64) -> String {
+    let (outcome, status, code) = match below(rng, 8) {
+        0 => ("retryable", 429, None),
+        1 => ("retryable", 429, Some(1305)),
+        2 => ("permanent", 401, None),
+        3 => ("retryable", 400, None),
+        4 => ("ambiguous", 500, None),
+        5 => ("ok", 429, None),
+        _ => ("ok", 200, None),
+    };
+    let mut line = format!(
+        r#"{attempt},"ended_at":"{}","outcome":"{outcome}","http_status":{status},"tokens_in":{},"tokens_out":{}"#,
+        at_s(start_s + 1 + below(rng, 30) as i64),
+        below(rng, 500),
+        below(rng, 3) * 100
+    );
+    if let Some(c) = code {
+        line += &format!(r#","provider_code":{c}"#);
+    }
+    if outcome == "ok" || below(rng, 4) == 0 {
+        line += &format!(r#","artifact_id":"art-{idem}-{}""#, below(rng, 2));
+    }
+    line + "}"
+}
+
+/// Every derived table, whole and for one week, sorted: what a session kept up to date by the
+/// writes must answer as a fresh one does.
+async fn derived(session: &Session, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
+    let mut tables = vec![
+        "job_rollup",
+        "job_week",
+        "week_rollup",
+        "idem_artifacts",
+        "data_quality",
+    ];
+    let audits = laneledger_query::derived::audits::audit_tables();
+    tables.extend(audits.iter().map(|a| a.name));
+    let mut out = Vec::new();
+    for t in tables {
+        let mut sqls = vec![format!("SELECT * FROM {t}")];
+        if t != "job_rollup" && t != "idem_artifacts" && t != "job_week" {
+            sqls.push(format!("SELECT * FROM {t} WHERE iso_week = '{week}'"));
+        }
+        for sql in sqls {
+            let mut got = rows(session, &sql).await;
+            got.sort();
+            out.push((sql, got));
+        }
+    }
+    out
+}
+
+/// `batches` as [`rows`] gives a query's answer: each row's cells as text, sorted.
+fn sorted_text(batches: Vec<datafusion::arrow::array::RecordBatch>) -> Vec<Vec<String>> {
+    let schema = batches[0].schema();
+    let result = laneledger_query::QueryResult { schema, batches };
+    let text = laneledger_query::format_result(&result, laneledger_query::OutputFormat::Csv).unwrap();
+    let mut rows: Vec<Vec<String>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The tables kept by job, built whole from every attempt at once (no chunks, nothing kept),
+/// under the SQL of [`derived`] whose answer they must equal.
+fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
+    use laneledger_query::derived::{audits, job_rollup, job_week};
+    let all = laneledger_query::tables::job_attempt::scan(ledger).unwrap();
+    let mut out = vec![
+        (
+            "SELECT * FROM job_rollup".to_string(),
+            sorted_text(job_rollup::rollup(&all).unwrap()),
+        ),
+        (
+            "SELECT * FROM job_week".to_string(),
+            sorted_text(job_week::job_weeks(&all).unwrap()),
+        ),
+    ];
+    let snap = audits::Snapshot::new(&all).unwrap();
+    let settings = audits::AuditSettings::default();
+    for a in audits::audit_tables() {
+        if a.kept != audits::Kept::ByJob {
+            continue;
+        }
+        for (sql, w) in [
+            (format!("SELECT * FROM {}", a.name), None),
+            (
+                format!("SELECT * FROM {} WHERE iso_week = '{week}'", a.name),
+                Some(week),
+            ),
+        ] {
+            out.push((sql, sorted_text(vec![(a.build)(&snap, &settings, w).unwrap()])));
+        }
+    }
+    out
+}
+
+/// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
+fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
+    let whole = built_whole(ledger, week);
+    assert_eq!(whole.len(), 10);
+    for (sql, rows) in whole {
+        let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
+        assert_eq!(kept, Some(&rows), "{when}: {sql}");
+    }
+}
+
+/// A job written by [`new_jobs`]: its id, idem_key, attempts, last attempt's start (seconds after
+/// 2026-11-02) and, while its last attempt is open, that attempt as logged (no closing brace).
+struct Job {
+    id: String,
+    idem: String,
+    attempts: u32,
+    start: i64,
+    open: Option<String>,
+}
+
+/// `n` new jobs with random ids, their attempts as NDJSON lines; one in ten ends open. One
+/// idem_key in eight is a held job's, so its artifacts may differ (a duplicate).
+fn new_jobs(rng: &mut Rng, jobs: &mut Vec<Job>, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for _ in 0..n {
+        let id = format!("r-{:016x}", rng.next_u64());
+        let idem = match jobs.len() {
+            held if held > 0 && below(rng, 8) == 0 => jobs[below(rng, held as u64) as usize].idem.clone(),
+            _ => format!("i-{id}"),
+        };
+        // One job in forty goes past the attempt bound (8).
+        let attempts = match below(rng, 40) {
+            0 => 9 + below(rng, 3) as u32,
+            _ => 1 + below(rng, 4) as u32,
+        };
+        let mut start = below(rng, 21 * 86_400) as i64;
+        let mut open = None;
+        for no in 1..=attempts {
+            if no > 1 {
+                start += 1 + below(rng, 120) as i64;
+            }
+            let attempt = random_attempt(rng, &id, &idem, no, start);
+            if no == attempts && below(rng, 10) == 0 {
+                lines.push(format!("{attempt}}}"));
+                open = Some(attempt);
+            } else {
+                lines.push(ended(rng, &attempt, &idem, start));
+            }
+        }
+        jobs.push(Job {
+            id,
+            idem,
+            attempts,
+            start,
+            open,
+        });
+    }
+    lines
+}
+
+/// Random sequences of writes (new jobs whose random ids fall anywhere among the held ones,
+/// retries of held jobs, completions of open attempts, deliveries again) over more attempts than
+/// one chunk of the attempt cache holds, then a sweep: after each, every derived table of the
+/// long-lived session, kept by job or built again, equals a fresh session's.
+#[tokio::test]
+async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut jobs: Vec<Job> = Vec::new();
+    let first = new_jobs(&mut rng, &mut jobs, 30_000);
+    assert!(
+        first.len() > laneledger_query::tables::job_attempt::BATCH_ROWS,
+        "more than one chunk"
+    );
+    ingest(&ledger, &first.join("\n"));
+    let session = Session::new(ledger.clone()).await.unwrap();
+    let week = "2026-W46";
+    let held = derived(&session, week).await;
+    for (sql, rows) in &held {
+        assert!(!rows.is_empty(), "{sql}: the random attempts give every table rows");
+    }
+    assert_as_built_whole(&held, &ledger, week, "at first");
+    assert_eq!(held, derived(&Session::new(ledger.clone()).await.unwrap(), week).await);
+    for round in 0..3 {
+        let n = 1 + below(&mut rng, 40) as usize;
+        let mut lines = new_jobs(&mut rng, &mut jobs, n);
+        for _ in 0..below(&mut rng, 40) {
+            let j = below(&mut rng, jobs.len() as u64) as usize;
+            let job = &mut jobs[j];
+            match job.open.take() {
+                // The open attempt completed.
+                Some(open) => lines.push(ended(&mut rng, &open, &job.idem, job.start)),
+                // A retry of a held job.
+                None => {
+                    job.attempts += 1;
+                    job.start += 5;
+                    let retry = random_attempt(&mut rng, &job.id, &job.idem, job.attempts, job.start);
+                    lines.push(ended(&mut rng, &retry, &job.idem, job.start));
+                }
+            }
+        }
+        // A line delivered again changes nothing.
+        let done: Vec<&String> = first.iter().filter(|l| l.contains("ended_at")).collect();
+        lines.push(done[below(&mut rng, done.len() as u64) as usize].clone());
+        ingest(&ledger, &lines.join("\n"));
+        let fresh = Session::new(ledger.clone()).await.unwrap();
+        let kept = derived(&session, week).await;
+        assert_as_built_whole(&kept, &ledger, week, &format!("after round {round}"));
+        assert_eq!(kept, derived(&fresh, week).await, "after round {round}");
+    }
+    sweep(&session, "2026-12-01T00:00:00Z", 20).await;
+    let fresh = Session::new(ledger.clone()).await.unwrap();
+    let kept = derived(&session, "2026-W47").await;
+    assert_as_built_whole(&kept, &ledger, "2026-W47", "after the sweep");
+    assert_eq!(kept, derived(&fresh, "2026-W47").await, "after the sweep");
 }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Builder, RecordBatch, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
+use crate::derived::kept::ByJob;
 use crate::error::Result;
 use crate::tables::job_attempt::{self, BATCH_ROWS};
 
@@ -192,105 +193,15 @@ pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     Ok(out.batches)
 }
 
-/// The `job_rollup` rows of each chunk of attempts, by chunk id
-/// ([`crate::tables::job_attempt::AttemptCache::chunks`]), kept from one call of [`rollup_chunks`] to the
-/// next: a chunk the attempt cache did not rebuild since (a write merged into other chunks) is
-/// not walked again. Only the chunks of the last call are kept.
-#[derive(Default)]
-pub struct RollupMemo {
-    chunks: std::sync::Mutex<std::collections::HashMap<u64, Vec<RecordBatch>>>,
-}
-
-/// How many rows at the start (`from_end` false) or the end of `chunk` belong to `job_id`.
-fn run_of(chunk: &RecordBatch, job_id: &str, from_end: bool) -> Result<usize> {
-    let ids = job_attempt::column(chunk, "job_id")?.as_string::<i32>();
-    let n = ids.len();
-    let at = |i: usize| if from_end { n - 1 - i } else { i };
-    Ok((0..n).take_while(|&i| ids.value(at(i)) == job_id).count())
-}
-
-/// The job_id of row `i` of rollup rows `rows` (batches in order).
-fn job_at(rows: &[RecordBatch], mut i: usize) -> Result<String> {
-    for b in rows {
-        if i < b.num_rows() {
-            return Ok(b.column(0).as_string::<i32>().value(i).to_string());
-        }
-        i -= b.num_rows();
-    }
-    Err(crate::Error::Internal("job_rollup row past the end".into()))
-}
-
-/// Rows `from..to` of rollup rows `rows` (batches in order), as slices of them.
-fn rows_between(rows: &[RecordBatch], from: usize, to: usize, out: &mut Vec<RecordBatch>) {
-    let mut at = 0;
-    for b in rows {
-        let (lo, hi) = (from.max(at), to.min(at + b.num_rows()));
-        if lo < hi {
-            out.push(b.slice(lo - at, hi - lo));
-        }
-        at += b.num_rows();
-    }
-}
-
-/// [`rollup`] of `attempts` (chunks in (job_id, attempt_no) order, `ids[k]` the id of chunk
-/// `k`), walking only the chunks `memo` does not hold from its last call; equal to
-/// `rollup(attempts)` row for row.
-///
-/// Each chunk's jobs are rolled up apart; a job whose attempts run across a chunk boundary is
-/// rolled up again from its attempts on both sides. After a write the attempt cache rebuilds
-/// only the chunks the write fell into, so the rollup of 10 M attempts after a one-attempt write
-/// walks one chunk ([`crate::tables::job_attempt::BATCH_ROWS`] attempts or so) instead of all.
-/// Errors: [`rollup`]'s, or [`crate::Error::Internal`] when `ids` and `attempts` differ in length.
-pub fn rollup_chunks(memo: &RollupMemo, attempts: &[RecordBatch], ids: &[u64]) -> Result<Vec<RecordBatch>> {
-    if ids.len() != attempts.len() {
-        return Err(crate::Error::Internal("job_rollup: a chunk id for each chunk".into()));
-    }
-    let mut kept = crate::engine::cache_lock::lock_or_reset(&memo.chunks, Default::default);
-    let mut old = std::mem::take(&mut *kept);
-    let mut per_chunk: Vec<Vec<RecordBatch>> = Vec::with_capacity(attempts.len());
-    for (chunk, id) in attempts.iter().zip(ids) {
-        per_chunk.push(match old.remove(id) {
-            Some(rows) => rows,
-            None => rollup(std::slice::from_ref(chunk))?,
-        });
-    }
-    *kept = ids.iter().copied().zip(per_chunk.iter().cloned()).collect();
-    drop(kept);
-
-    let mut out: Vec<RecordBatch> = Vec::new();
-    // The last job seen, held back until the next chunk shows whether it goes on: its id and
-    // its attempts so far (slices of the chunks).
-    let mut open: Option<(String, Vec<RecordBatch>)> = None;
-    for (chunk, rows) in attempts.iter().zip(&per_chunk) {
-        let total: usize = rows.iter().map(RecordBatch::num_rows).sum();
-        if total == 0 {
-            continue;
-        }
-        let mut from = 0;
-        if let Some((job, mut parts)) = open.take() {
-            if job_at(rows, 0)? == job {
-                let head = run_of(chunk, &job, false)?;
-                parts.push(chunk.slice(0, head));
-                if head == chunk.num_rows() {
-                    open = Some((job, parts));
-                    continue;
-                }
-                from = 1;
-            }
-            out.extend(rollup(&parts)?);
-        }
-        rows_between(rows, from, total - 1, &mut out);
-        let last = job_at(rows, total - 1)?;
-        let tail = run_of(chunk, &last, true)?;
-        open = Some((last, vec![chunk.slice(chunk.num_rows() - tail, tail)]));
-    }
-    if let Some((_, parts)) = open {
-        out.extend(rollup(&parts)?);
-    }
-    if out.is_empty() {
-        out.push(RecordBatch::new_empty(schema()));
-    }
-    Ok(out)
+/// `job_rollup` kept by job ([`crate::derived::kept`]): after a write only the chunks of the
+/// attempt cache the write fell into are rolled up again.
+pub fn kept() -> ByJob {
+    ByJob::new(
+        schema(),
+        &job_attempt::ROLLUP_COLUMNS,
+        0,
+        Arc::new(|attempts: &[RecordBatch]| rollup(attempts)),
+    )
 }
 
 #[cfg(test)]
@@ -362,39 +273,39 @@ mod tests {
                 at = c;
             }
             let ids: Vec<u64> = (0..chunks.len() as u64).collect();
-            let memo = RollupMemo::default();
+            let table = kept();
+            assert_eq!(text(&table.rows_of(&chunks, &ids).unwrap()), whole, "cuts {cuts:?}");
+            // Again with the same ids: answered from the kept rows, the same rows.
             assert_eq!(
-                text(&rollup_chunks(&memo, &chunks, &ids).unwrap()),
-                whole,
-                "cuts {cuts:?}"
-            );
-            // Again with the same ids: answered from the memo, the same rows.
-            assert_eq!(
-                text(&rollup_chunks(&memo, &chunks, &ids).unwrap()),
+                text(&table.rows_of(&chunks, &ids).unwrap()),
                 whole,
                 "cuts {cuts:?}, again"
             );
         }
-        // One chunk replaced (a write merged into it, a new id): the other's rows come from the
-        // memo, and a memo entry of other rows under a reused id shows that they do.
-        let memo = RollupMemo::default();
-        let first = vec![all.slice(0, 3), all.slice(3, 5)];
-        rollup_chunks(&memo, &first, &[1, 2]).unwrap();
+        // One chunk replaced (a write merged into it, a new id): the other's rows are the kept
+        // ones, and kept rows of other attempts under a reused id show that they are. Job b is
+        // inside the first chunk (a before it, c after): its row is kept with the chunk.
+        let table = kept();
+        let first = vec![all.slice(0, 6), all.slice(6, 2)];
+        table.rows_of(&first, &[1, 2]).unwrap();
         let changed = attempts(&[
             ("a", "free", 1, Some("x")),
-            ("a", "paid", 1000, Some("w")),
             ("b", "free", 2, None),
             ("b", "paid", 4, Some("y")),
+            ("b", "paid", 8, Some("y")),
+            ("b", "free", 16, Some("z")),
+            ("b", "paid", 1000, Some("w")),
+            ("c", "free", 32, Some("u")),
         ]);
-        let got = text(&rollup_chunks(&memo, &[changed.clone(), first[1].clone()], &[3, 2]).unwrap());
+        let got = text(&table.rows_of(&[changed.clone(), first[1].clone()], &[3, 2]).unwrap());
         let want = text(&rollup(&[changed.clone(), first[1].clone()]).unwrap());
         assert_eq!(got, want);
-        let stale = RollupMemo::default();
-        rollup_chunks(&stale, &first, &[1, 2]).unwrap();
-        let wrong = text(&rollup_chunks(&stale, &[changed, first[1].clone()], &[1, 2]).unwrap());
-        assert_ne!(wrong, want, "an id seen before is answered from the memo");
+        let stale = kept();
+        stale.rows_of(&first, &[1, 2]).unwrap();
+        let wrong = text(&stale.rows_of(&[changed, first[1].clone()], &[1, 2]).unwrap());
+        assert_ne!(wrong, want, "an id seen before is answered from the kept rows");
         assert!(
-            got.contains("| a      | k-a      | 1             | 1             | 1003   | 2         |"),
+            got.contains("| b      | k-b      | 2             | 3             | 1035   | 3         |"),
             "{got}"
         );
     }

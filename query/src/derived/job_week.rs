@@ -1,5 +1,5 @@
 //! `job_week`: each job's ISO week (SPEC 4), the week of its first attempt's `started_at`,
-//! materialized once per write generation by one pass over the sorted attempts.
+//! materialized by one pass over the sorted attempts and kept by job ([`kept`]).
 //!
 //! [`crate::derived::views::JOB_WEEK_VIEW`] keeps the SQL it reproduces:
 //!
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 
+use crate::derived::kept::ByJob;
 use crate::error::Result;
 use crate::tables::job_attempt::{self, BATCH_ROWS, timestamp_type};
 
@@ -154,6 +155,17 @@ pub fn job_weeks(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
         out.push(RecordBatch::new_empty(schema));
     }
     Ok(out)
+}
+
+/// `job_week` kept by job ([`crate::derived::kept`]): after a write only the chunks of the
+/// attempt cache the write fell into are walked again.
+pub fn kept() -> ByJob {
+    ByJob::new(
+        schema(),
+        &COLUMNS,
+        0,
+        Arc::new(|attempts: &[RecordBatch]| job_weeks(attempts)),
+    )
 }
 
 #[cfg(test)]

@@ -112,7 +112,23 @@ struct Spec {
     summary: Option<&'static str>,
 }
 
-/// The sections, with `{week}` standing for the ISO week label.
+/// `sql` of a section of ISO week `week` (`2026-W47`): `{week}` is its label, `{week_start}` and
+/// `{week_end}` the first instant of it and of the next week (`2026-11-16T00:00:00Z`). A range on
+/// a timestamp reads as it is; `to_char(t, '%G-W%V') = '{week}'` formats every row's time (180 ms
+/// over 1 M attempts, against 7 ms for the range).
+fn fill(sql: &str, week: &str) -> Result<String> {
+    let (year, number) = parse_iso_week(week)?;
+    let monday = chrono::NaiveDate::from_isoywd_opt(year, number, chrono::Weekday::Mon)
+        .ok_or_else(|| crate::Error::BadWeek(week.to_string()))?;
+    let instant = |d: chrono::NaiveDate| format!("{}T00:00:00Z", d.format("%Y-%m-%d"));
+    Ok(sql
+        .replace("{week_start}", &instant(monday))
+        .replace("{week_end}", &instant(monday + chrono::Days::new(7)))
+        .replace("{week}", week))
+}
+
+/// The sections, with `{week}` standing for the ISO week label and `{week_start}`, `{week_end}`
+/// for its bounds ([`fill`]).
 const SPECS: &[Spec] = &[
     Spec {
         id: "lane_policy_violation",
@@ -139,7 +155,7 @@ const SPECS: &[Spec] = &[
         group: Group::Lane,
         title: "Where the idempotency keys came from",
         description: "Attempts by the source of their idempotency key: sent with the record, or the request id a router's mapping declared as its fallback (ingest --idem-fallback; such keys start with fallback:). A fallback key is one per request, so duplicates across a client's own retries cannot be seen through it.",
-        sql: "SELECT CASE WHEN starts_with(idem_key, 'fallback:') THEN 'fallback: the request id' ELSE 'sent with the record' END AS key_source, COUNT(*) AS attempts, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS share_pct FROM job_attempt WHERE to_char(started_at, '%G-W%V') = '{week}' GROUP BY 1 ORDER BY attempts DESC, key_source",
+        sql: "SELECT CASE WHEN starts_with(idem_key, 'fallback:') THEN 'fallback: the request id' ELSE 'sent with the record' END AS key_source, COUNT(*) AS attempts, ROUND(100.0 * COUNT(*) / SUM(COUNT(*)) OVER (), 1) AS share_pct FROM job_attempt WHERE started_at >= '{week_start}' AND started_at < '{week_end}' GROUP BY 1 ORDER BY attempts DESC, key_source",
         summary: None,
     },
     Spec {
@@ -382,7 +398,7 @@ impl Session {
 
     /// One section of [`SPECS`] or [`GATE_SPECS`] for `week`.
     async fn spec_section(&self, spec: &'static Spec, week: &str) -> Result<Section> {
-        let sql = spec.sql.replace("{week}", week);
+        let sql = fill(spec.sql, week)?;
         // The first rows by the section's order (a top-k, not a sort of every row: a busy week
         // has millions of key rest violations), then the count of all of them.
         let result = self.query(&format!("{sql} LIMIT {MAX_SECTION_ROWS}")).await?;
@@ -394,7 +410,7 @@ impl Session {
             first.map_or(0, |b| crate::review::metrics::i64_col(b, "n", 0)) as usize
         };
         let summary = match spec.summary {
-            Some(summary) if total_rows > 0 => Some(self.summary(&summary.replace("{week}", week)).await?),
+            Some(summary) if total_rows > 0 => Some(self.summary(&fill(summary, week)?).await?),
             _ => None,
         };
         Ok(Section {

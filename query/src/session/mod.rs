@@ -221,19 +221,13 @@ impl Session {
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
         let idem_memo = Arc::new(idem_artifacts::IdemArtifactsMemo::default());
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
-            ("job_rollup", job_rollup::schema(), {
-                let attempts = attempts.clone();
-                // Only the chunks a write changed are rolled up again.
-                let memo = Arc::new(job_rollup::RollupMemo::default());
-                Arc::new(move |_: &Ledger| {
-                    let (chunks, ids) = attempts.chunks(&job_attempt::ROLLUP_COLUMNS)?;
-                    job_rollup::rollup_chunks(&memo, &chunks, &ids)
-                })
-            }),
-            ("job_week", job_week::schema(), {
-                let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| job_week::job_weeks(&attempts.columns(&job_week::COLUMNS)?))
-            }),
+            // Kept by job: only the chunks a write changed are built again.
+            (
+                "job_rollup",
+                job_rollup::schema(),
+                kept_read(job_rollup::kept(), &attempts),
+            ),
+            ("job_week", job_week::schema(), kept_read(job_week::kept(), &attempts)),
             ("week_rollup", week_rollup::schema(), {
                 let attempts = attempts.clone();
                 Arc::new(move |_: &Ledger| week_rollup::week_rollup(&attempts.columns(&week_rollup::COLUMNS)?))
@@ -426,6 +420,12 @@ impl Session {
             .run(|stop| async move { run_statement(&ctx, &sql, &stop, Some(limits)).await })
             .await
     }
+}
+
+/// The read of a table kept by job ([`crate::derived::kept`]) from the session's attempts.
+fn kept_read(table: crate::derived::kept::ByJob, attempts: &Arc<job_attempt::AttemptCache>) -> ReadFn {
+    let attempts = attempts.clone();
+    Arc::new(move |_: &Ledger| table.rows(&attempts))
 }
 
 /// Refuses SQL past [`MAX_SQL_BYTES`] or [`MAX_SQL_TOKENS`], before it is planned.

@@ -736,7 +736,7 @@ impl AttemptCache {
 
     /// [`AttemptCache::columns`], with each batch's chunk id beside it: an id names one version
     /// of one chunk, so a table computed chunk by chunk can keep what it computed for the ids it
-    /// sees again (see [`crate::derived::job_rollup::RollupMemo`]).
+    /// sees again (see [`crate::derived::kept::ByJob`]).
     pub fn chunks(&self, columns: &[usize]) -> Result<(Vec<RecordBatch>, Vec<u64>)> {
         let mut cached = crate::engine::cache_lock::lock_or_reset(&self.cached, Cached::default);
         self.read(&mut cached, columns)

@@ -378,35 +378,79 @@ type SharedSnapshot = Mutex<Option<(u64, Arc<Snapshot>)>>;
 /// Builds one audit table from a snapshot: every week's rows, or (`Some(week)`) one ISO week's.
 type AuditFn = fn(&Snapshot, &AuditSettings, Option<&str>) -> Result<RecordBatch>;
 
-/// The audit tables: (name, schema, builder).
-pub fn audit_tables() -> Vec<(&'static str, SchemaRef, AuditFn)> {
+/// How an audit table is brought up to date after a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Each row comes from the attempts of one job alone: kept by job
+    /// ([`crate::derived::kept`]), only the jobs near the written attempts are replayed again.
+    ByJob,
+    /// Its rule reaches across jobs (a key's rests, a pool's windows, an idem_key's artifacts):
+    /// the asked week's rows are built again from a new [`Snapshot`] after each write.
+    Whole,
+}
+
+/// One audit table: its name, schema, builder, and how it is kept.
+pub struct Audit {
+    /// The table's name.
+    pub name: &'static str,
+    /// Its schema; `iso_week` comes first.
+    pub schema: SchemaRef,
+    /// Builds its rows from a snapshot.
+    pub build: AuditFn,
+    /// How it is brought up to date after a write.
+    pub kept: Kept,
+}
+
+/// The audit tables, in the order the review shows them.
+pub fn audit_tables() -> Vec<Audit> {
+    let audit = |name, schema, build, kept| Audit {
+        name,
+        schema,
+        build,
+        kept,
+    };
     vec![
-        ("lane_policy_violation", lane_policy::schema(), lane_policy::build),
-        ("duplicate_reconciliation", reconcile::schema(), reconcile::build),
-        (
+        audit(
+            "lane_policy_violation",
+            lane_policy::schema(),
+            lane_policy::build,
+            Kept::ByJob,
+        ),
+        audit(
+            "duplicate_reconciliation",
+            reconcile::schema(),
+            reconcile::build,
+            Kept::Whole,
+        ),
+        audit(
             "same_key_retry",
             refusals::same_key_retry_schema(),
             refusals::same_key_retry,
+            Kept::ByJob,
         ),
-        (
+        audit(
             "key_rest_violation",
             refusals::key_rest_schema(),
             refusals::key_rest_violation,
+            Kept::Whole,
         ),
-        (
+        audit(
             "pool_overload_episode",
             refusals::overload_schema(),
             refusals::pool_overload_episode,
+            Kept::Whole,
         ),
-        (
+        audit(
             "attempt_bound_exceeded",
             refusals::bound_schema(),
             refusals::attempt_bound_exceeded,
+            Kept::ByJob,
         ),
-        (
+        audit(
             "outcome_mismatch",
             refusals::mismatch_schema(),
             refusals::outcome_mismatch,
+            Kept::ByJob,
         ),
     ]
 }
@@ -420,11 +464,12 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
 }
 
 /// Registers every audit table in `ctx`, each built from `attempts` (the session's cached
-/// `job_attempt` columns) afresh after every write.
+/// `job_attempt` columns) and brought up to date after every write as its [`Kept`] says.
 ///
-/// The tables share one [`Snapshot`] per ledger write generation, so the rows are walked into
-/// jobs and weeks once for all of them, not once per table. A query that fixes `iso_week` to one
-/// value (as every review section does) builds only that week's rows.
+/// The tables built whole share one [`Snapshot`] per ledger write generation, so the rows are
+/// walked into jobs and weeks once for all of them, not once per table. A query that fixes
+/// `iso_week` to one value (as every review section does) builds only that week's rows of those;
+/// a table kept by job keeps every week's rows and hands out the week's.
 pub fn register(
     ctx: &SessionContext,
     ledger: &Ledger,
@@ -432,18 +477,50 @@ pub fn register(
     settings: &AuditSettings,
 ) -> Result<()> {
     let shared: Arc<SharedSnapshot> = Arc::default();
-    for (name, schema, build) in audit_tables() {
-        let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
-        let (week_settings, week_shared, week_attempts) = (settings.clone(), shared.clone(), attempts.clone());
-        let read: ReadFn = Arc::new(move |l: &Ledger| {
-            let snap = snapshot(l, &attempts, &shared)?;
-            in_chunks(build(&snap, &settings, None)?)
-        });
-        // The review asks each audit for one week: only that week's rows are built.
-        let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| {
-            let snap = snapshot(l, &week_attempts, &week_shared)?;
-            in_chunks(build(&snap, &week_settings, Some(week))?)
-        });
+    for Audit {
+        name,
+        schema,
+        build,
+        kept,
+    } in audit_tables()
+    {
+        let (read, week_read): (ReadFn, WeekReadFn) = match kept {
+            Kept::ByJob => {
+                let settings = settings.clone();
+                let table = Arc::new(crate::derived::kept::ByJob::new(
+                    schema.clone(),
+                    &COLUMNS,
+                    // job_id follows iso_week in every audit kept by job.
+                    1,
+                    Arc::new(move |batches: &[RecordBatch]| {
+                        Ok(vec![build(&Snapshot::new(batches)?, &settings, None)?])
+                    }),
+                ));
+                let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
+                (
+                    Arc::new(move |_: &Ledger| all.rows(&attempts)),
+                    // The week's rows of every week's kept rows: iso_week is column 0.
+                    Arc::new(move |_: &Ledger, week: &str| {
+                        crate::derived::kept::rows_where(&one.rows(&week_attempts)?, 0, week)
+                    }),
+                )
+            }
+            Kept::Whole => {
+                let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
+                let (week_settings, week_shared, week_attempts) = (settings.clone(), shared.clone(), attempts.clone());
+                (
+                    Arc::new(move |l: &Ledger| {
+                        let snap = snapshot(l, &attempts, &shared)?;
+                        in_chunks(build(&snap, &settings, None)?)
+                    }),
+                    // The review asks each audit for one week: only that week's rows are built.
+                    Arc::new(move |l: &Ledger, week: &str| {
+                        let snap = snapshot(l, &week_attempts, &week_shared)?;
+                        in_chunks(build(&snap, &week_settings, Some(week))?)
+                    }),
+                )
+            }
+        };
         let table = LedgerTable::new(schema, ledger.clone(), read).with_week_read(week_read);
         ctx.register_table(name, Arc::new(table))?;
     }
