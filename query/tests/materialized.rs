@@ -626,10 +626,11 @@ fn sorted_text(batches: Vec<datafusion::arrow::array::RecordBatch>) -> Vec<Vec<S
     rows
 }
 
-/// The tables kept by job, built whole from every attempt at once (no chunks, nothing kept),
+/// The tables kept by job, `week_rollup` and `data_quality`, built whole from every attempt at
+/// once (no chunks, nothing kept, a scan of the ledger rather than the session's merged columns),
 /// under the SQL of [`derived`] whose answer they must equal.
 fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
-    use laneledger_query::derived::{audits, job_rollup, job_week};
+    use laneledger_query::derived::{audits, job_rollup, job_week, week_rollup};
     let all = laneledger_query::tables::job_attempt::scan(ledger).unwrap();
     let mut out = vec![
         (
@@ -640,7 +641,21 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
             "SELECT * FROM job_week".to_string(),
             sorted_text(job_week::job_weeks(&all).unwrap()),
         ),
+        (
+            "SELECT * FROM week_rollup".to_string(),
+            sorted_text(week_rollup::week_rollup(&all).unwrap()),
+        ),
     ];
+    for (sql, w) in [
+        ("SELECT * FROM data_quality".to_string(), None),
+        (
+            format!("SELECT * FROM data_quality WHERE iso_week = '{week}'"),
+            Some(week),
+        ),
+    ] {
+        let batch = audits::data_quality::build(ledger, &all, w).unwrap();
+        out.push((sql, sorted_text(vec![batch])));
+    }
     let snap = audits::Snapshot::new(&all).unwrap();
     let settings = audits::AuditSettings::default();
     for a in audits::audit_tables() {
@@ -663,7 +678,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
 /// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
 fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
     let whole = built_whole(ledger, week);
-    assert_eq!(whole.len(), 10);
+    assert_eq!(whole.len(), 13);
     for (sql, rows) in whole {
         let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
         assert_eq!(kept, Some(&rows), "{when}: {sql}");
