@@ -2,13 +2,14 @@
 //! break, pool overload episodes, turns past the attempt bound, and router outcomes that
 //! contradict the refusal's kind.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
     ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{HashMap, HashSet};
 use laneledger_store::Outcome;
 use laneledger_store::policy::refusal::{self, ErrorKind, ZAI_OVERLOAD};
 
@@ -159,11 +160,18 @@ struct Use {
 /// come from every use of the key, whatever its job's week.
 pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     let reported = snap.rows_in(week);
-    let mut by_key: BTreeMap<&str, Vec<Use>> = BTreeMap::new();
+    // Each key's uses: found by hash (one key compare a use, where a tree of keys took a few),
+    // then walked in key order.
+    let mut group_of: HashMap<&str, usize> = HashMap::default();
+    let mut by_key: Vec<(&str, Vec<Use>)> = Vec::new();
     for (start, c) in snap.chunks() {
         for i in 0..c.len() {
             if let Some(k) = super::text(&c.key_id, i) {
-                by_key.entry(k).or_default().push(Use {
+                let g = *group_of.entry(k).or_insert_with(|| {
+                    by_key.push((k, Vec::new()));
+                    by_key.len() - 1
+                });
+                by_key[g].1.push(Use {
                     end: c.end(i),
                     started_at: c.started_at.value(i),
                     row: (start + i) as u32,
@@ -172,8 +180,9 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>
             }
         }
     }
+    by_key.sort_unstable_by_key(|(k, _)| *k);
     let mut flagged: Vec<(u32, Rest)> = Vec::new();
-    for uses in by_key.values_mut() {
+    for (_, uses) in &mut by_key {
         // The rests, in the order the answers arrived.
         uses.sort_unstable_by_key(|u| (u.end, u.started_at, u.row));
         let mut rests: Vec<(i64, Rest)> = Vec::new();
@@ -326,7 +335,8 @@ fn overloaded(distinct: usize, pool_size: usize, s: &AuditSettings) -> bool {
 /// Episodes where ≥ `pool_overload_keys` distinct keys of one pool answered 1305 inside
 /// `overload_window_s` (or every key of a smaller pool did): the pool's model was overloaded.
 pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
-    let mut pool_keys: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    // Only the number of each pool's keys is read: a hash set, not a tree, per pool.
+    let mut pool_keys: HashMap<&str, HashSet<&str>> = HashMap::default();
     let mut events: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
     for (_, c) in snap.chunks() {
         for i in 0..c.len() {
@@ -343,7 +353,7 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     let mut out: Vec<Episode> = Vec::new();
     for (pool, mut ev) in events {
         ev.sort();
-        let pool_size = pool_keys.get(pool).map_or(0, BTreeSet::len);
+        let pool_size = pool_keys.get(pool).map_or(0, HashSet::len);
         let first_episode = out.len();
         // The 1305s of the last `window`, by key: a sliding count, not a set rebuilt per event.
         let mut in_window: BTreeMap<&str, usize> = BTreeMap::new();
