@@ -49,8 +49,12 @@ fn small() -> (tempfile::TempDir, Ledger) {
 
 /// The rows of `sql`, each cell as text (`NULL` for a null), in the order returned.
 async fn rows(session: &Session, sql: &str) -> Vec<Vec<String>> {
-    let result = session.query(sql).await.unwrap();
-    let text = laneledger_query::format_result(&result, laneledger_query::OutputFormat::Csv).unwrap();
+    text_rows(&session.query(sql).await.unwrap())
+}
+
+/// The rows of an answer, each cell as text, in order.
+fn text_rows(result: &laneledger_query::QueryResult) -> Vec<Vec<String>> {
+    let text = laneledger_query::format_result(result, laneledger_query::OutputFormat::Csv).unwrap();
     text.lines()
         .skip(1)
         .map(|l| l.split(',').map(str::to_string).collect())
@@ -615,13 +619,7 @@ async fn derived(session: &Session, week: &str) -> Vec<(String, Vec<Vec<String>>
 /// `batches` as [`rows`] gives a query's answer: each row's cells as text, sorted.
 fn sorted_text(batches: Vec<datafusion::arrow::array::RecordBatch>) -> Vec<Vec<String>> {
     let schema = batches[0].schema();
-    let result = laneledger_query::QueryResult { schema, batches };
-    let text = laneledger_query::format_result(&result, laneledger_query::OutputFormat::Csv).unwrap();
-    let mut rows: Vec<Vec<String>> = text
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect();
+    let mut rows = text_rows(&laneledger_query::QueryResult { schema, batches });
     rows.sort();
     rows
 }

@@ -60,11 +60,6 @@ impl ByJob {
         }
     }
 
-    /// The table's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
     /// How many chunks this table has built since it was made (a chunk taken from the kept rows
     /// is not counted).
     pub fn chunk_builds(&self) -> u64 {
@@ -198,7 +193,9 @@ impl<'a> Rows<'a> {
 
     /// Whether rows are left after the last job.
     fn left(&self) -> bool {
-        (self.at.0..self.batches.len()).any(|b| self.batches[b].num_rows() > if b == self.at.0 { self.at.1 } else { 0 })
+        let (b, row) = self.at;
+        self.batches.get(b).is_some_and(|batch| batch.num_rows() > row)
+            || self.batches.iter().skip(b + 1).any(|batch| batch.num_rows() > 0)
     }
 }
 
@@ -207,15 +204,17 @@ impl<'a> Rows<'a> {
 ///
 /// Errors: [`Error::Internal`] when the column is not text.
 pub fn rows_where(batches: &[RecordBatch], column: usize, value: &str) -> Result<Vec<RecordBatch>> {
-    use datafusion::arrow::array::{BooleanArray, StringArray};
+    use datafusion::arrow::array::{Scalar, StringArray};
+    let value = Scalar::new(StringArray::from(vec![value]));
     let mut out = Vec::with_capacity(batches.len());
     for b in batches {
         let c = b
             .columns()
             .get(column)
-            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .filter(|c| c.as_string_opt::<i32>().is_some())
             .ok_or_else(|| Error::Internal(format!("column {column} is not text")))?;
-        let keep: BooleanArray = c.iter().map(|v| Some(v == Some(value))).collect();
+        let keep = datafusion::arrow::compute::kernels::cmp::eq(c, &value)
+            .map_err(datafusion::error::DataFusionError::from)?;
         let kept = datafusion::arrow::compute::filter_record_batch(b, &keep)
             .map_err(datafusion::error::DataFusionError::from)?;
         if kept.num_rows() > 0 {

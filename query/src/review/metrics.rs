@@ -544,7 +544,7 @@ pub fn parse_iso_week(label: &str) -> Result<(i32, u32)> {
 }
 
 /// The Monday an ISO week starts.
-fn week_monday(year: i32, week: u32) -> Result<chrono::NaiveDate> {
+pub(crate) fn week_monday(year: i32, week: u32) -> Result<chrono::NaiveDate> {
     chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon)
         .ok_or_else(|| Error::BadWeek(format!("{year}-W{week:02}")))
 }

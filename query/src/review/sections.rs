@@ -118,8 +118,7 @@ struct Spec {
 /// over 1 M attempts, against 7 ms for the range).
 fn fill(sql: &str, week: &str) -> Result<String> {
     let (year, number) = parse_iso_week(week)?;
-    let monday = chrono::NaiveDate::from_isoywd_opt(year, number, chrono::Weekday::Mon)
-        .ok_or_else(|| crate::Error::BadWeek(week.to_string()))?;
+    let monday = crate::review::metrics::week_monday(year, number)?;
     let instant = |d: chrono::NaiveDate| format!("{}T00:00:00Z", d.format("%Y-%m-%d"));
     Ok(sql
         .replace("{week_start}", &instant(monday))
