@@ -350,3 +350,49 @@ async fn time_to_first_token_from_a_mapped_litellm_record() {
         (2, 0)
     );
 }
+
+#[tokio::test]
+async fn duplicate_artifacts_are_all_but_the_first_to_land() {
+    // Each attempt costs its tokens_in at 1 per million on the paid lane: 1 µ-unit a token, so
+    // the duplicates' sum names them. k1: "z" landed first (its larger id does not matter), "a"
+    // later: a's two attempts (2 + 4) are duplicates. k2: "b" is open, "c" landed: b (8) is the
+    // duplicate. k3: both open: the smaller id, "d", is first: e (16). k4: one artifact, twice
+    // (once open): no duplicate. k5: no artifact.
+    let ok = |a: &str| format!(r#","outcome":"ok","artifact_id":"{a}""#);
+    let lines = vec![
+        at("j1", 1, "k1", "paid", "m", 0, Some(1_000), (1, 0), &ok("z")),
+        at("j2", 1, "k1", "paid", "m", 0, Some(2_000), (2, 0), &ok("a")),
+        at("j3", 1, "k1", "paid", "m", 0, Some(3_000), (4, 0), &ok("a")),
+        at("j4", 1, "k2", "paid", "m", 0, None, (8, 0), &ok("b")),
+        at("j5", 1, "k2", "paid", "m", 0, Some(9_000), (32, 0), &ok("c")),
+        at("j6", 1, "k3", "paid", "m", 0, None, (16, 0), &ok("e")),
+        at("j7", 1, "k3", "paid", "m", 0, None, (64, 0), &ok("d")),
+        at("j8", 1, "k4", "paid", "m", 0, None, (128, 0), &ok("f")),
+        at("j9", 1, "k4", "paid", "m", 0, Some(5_000), (256, 0), &ok("f")),
+        at(
+            "j10",
+            1,
+            "k5",
+            "paid",
+            "m",
+            0,
+            Some(5_000),
+            (512, 0),
+            r#","outcome":"retryable""#,
+        ),
+    ];
+    let (_d, s) = session(
+        &lines,
+        "prices:\n  lanes:\n    paid: {input_per_million: 1, output_per_million: 0}\n",
+    )
+    .await;
+    let spend = s.week_cost(WEEK).await.unwrap().spend;
+    assert_eq!(spend.attempts, 10);
+    assert!(close(spend.spend, 1023.0 / 1e6), "{spend:?}");
+    assert!(close(spend.duplicate_artifact_spend, 30.0 / 1e6), "{spend:?}");
+    // Four keys with an artifact.
+    assert!(
+        close(spend.spend_per_accepted_artifact, 1023.0 / 1e6 / 4.0),
+        "{spend:?}"
+    );
+}

@@ -25,7 +25,8 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `bin serve --db db` on a free port with [`TOKEN`] and waits until `/healthz`
-    /// answers 200 (at most `wait`). `None` when it did not come up.
+    /// answers 200 (at most `wait`). `None` when it did not come up. The server's log goes to the
+    /// file LANELEDGER_SERVE_LOG names, if set, else nowhere.
     pub fn start(bin: &Path, db: &Path, extra: &[&str], wait: Duration) -> Option<ServerProcess> {
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
@@ -37,7 +38,10 @@ impl ServerProcess {
             .env("LANELEDGER_TOKEN", TOKEN)
             .env("LANELEDGER_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(match std::env::var_os("LANELEDGER_SERVE_LOG") {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("create LANELEDGER_SERVE_LOG")),
+                None => Stdio::null(),
+            })
             .spawn()
             .expect("start laneledger serve");
         let mut server = ServerProcess { child, base };

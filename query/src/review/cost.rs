@@ -8,10 +8,9 @@
 //! linearly between the two nearest ranks (p95 of 1, 2, 3, 4 s is 3.85 s).
 //! Attempts that ended before they started are left out of the percentiles and counted.
 
-use std::collections::{BTreeMap, HashMap};
-
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+use datafusion::common::HashMap;
 use laneledger_store::config::prices::{AttemptCost, PricesConfig};
 use serde::Serialize;
 
@@ -111,101 +110,190 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
 }
 
-/// One attempt, as read for cost and latency.
-struct Row {
-    lane: String,
-    model: Option<String>,
-    started_at: i64,
-    ended_at: Option<i64>,
-    cost: AttemptCost,
-    tokens_in: i64,
-    tokens_out: i64,
-    idem_key: String,
-    artifact_id: Option<String>,
-    first_token_at: Option<i64>,
+/// The `job_attempt` columns the cost is folded from: job_id, idem_key, lane, started_at,
+/// ended_at, tokens_in, tokens_out, artifact_id, model, attrs.
+const COLUMNS: [usize; 10] = [0, 1, 3, 4, 5, 7, 8, 9, 14, 16];
+
+fn opt(a: &StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
 }
 
-fn strings(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>> {
-    let col = b
-        .column_by_name(name)
-        .ok_or_else(|| Error::Internal(format!("cost rows without {name}")))?;
-    let col = datafusion::arrow::compute::cast(col, &DataType::Utf8)?;
-    let s = col.as_string::<i32>();
-    Ok((0..s.len())
-        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
-        .collect())
+fn num(a: &Int64Array, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
 }
 
-fn ints(b: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
-    let col = b
-        .column_by_name(name)
-        .ok_or_else(|| Error::Internal(format!("cost rows without {name}")))?;
-    if let Some(t) = col.as_primitive_opt::<TimestampMicrosecondType>() {
-        return Ok((0..t.len()).map(|i| t.is_valid(i).then(|| t.value(i))).collect());
-    }
-    let col = datafusion::arrow::compute::cast(col, &DataType::Int64)?;
-    let n = col.as_primitive::<Int64Type>();
-    Ok((0..n.len()).map(|i| n.is_valid(i).then(|| n.value(i))).collect())
+fn ts(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
 }
 
-fn read_rows(batches: &[RecordBatch], prices: &PricesConfig) -> Result<Vec<Row>> {
-    let mut out = Vec::new();
-    for b in batches {
-        let lane = strings(b, "lane")?;
-        let model = strings(b, "model")?;
-        let started = ints(b, "started_at")?;
-        let ended = ints(b, "ended_at")?;
-        let tin = ints(b, "tokens_in")?;
-        let tout = ints(b, "tokens_out")?;
-        let idem = strings(b, "idem_key")?;
-        let artifact = strings(b, "artifact_id")?;
-        let attrs = strings(b, "attrs")?;
-        for i in 0..b.num_rows() {
-            let lane = lane[i].clone().unwrap_or_default();
-            let (tokens_in, tokens_out) = (tin[i].unwrap_or(0), tout[i].unwrap_or(0));
-            let attrs = attrs[i].as_deref();
-            out.push(Row {
-                cost: prices.cost_of(&lane, model[i].as_deref(), tokens_in, tokens_out, attrs),
-                first_token_at: attrs.and_then(laneledger_store::config::prices::first_token_at),
-                lane,
-                model: model[i].clone(),
-                started_at: started[i].unwrap_or(0),
-                ended_at: ended[i],
-                tokens_in,
-                tokens_out,
-                idem_key: idem[i].clone().unwrap_or_default(),
-                artifact_id: artifact[i].clone(),
-            });
+/// One idem_key's artifacts as they landed: each with when it first landed (open ones after every
+/// landed one) and the Σ cost of the attempts that returned it.
+struct Landed<'a> {
+    first: Artifact<'a>,
+    more: Vec<Artifact<'a>>,
+}
+
+struct Artifact<'a> {
+    id: &'a str,
+    /// (still open, ended_at): the order in which artifacts landed.
+    at: (bool, i64),
+    cost: f64,
+}
+
+impl<'a> Landed<'a> {
+    fn add(&mut self, id: &'a str, at: (bool, i64), cost: f64) {
+        match std::iter::once(&mut self.first)
+            .chain(&mut self.more)
+            .find(|a| a.id == id)
+        {
+            Some(a) => {
+                a.at = a.at.min(at);
+                a.cost += cost;
+            }
+            None => self.more.push(Artifact { id, at, cost }),
         }
     }
-    Ok(out)
+
+    /// Σ cost of the attempts that returned any artifact but the first to land (by landing, then
+    /// id).
+    fn duplicate_spend(self) -> f64 {
+        let mut all: Vec<Artifact<'a>> = std::iter::once(self.first).chain(self.more).collect();
+        let first = (0..all.len()).min_by_key(|&i| (all[i].at, all[i].id)).unwrap_or(0);
+        all.swap_remove(first);
+        all.iter().map(|a| a.cost).fold(0.0, |s, c| s + c)
+    }
 }
 
-/// Σ cost of the attempts that returned a duplicate artifact: per idem_key, its artifacts by the
-/// time they first landed (`ended_at`, open ones last, then the id), all but the first.
-fn duplicate_spend(rows: &[Row]) -> f64 {
-    // idem_key → artifact → first landing (open last).
-    let mut landed: HashMap<&str, HashMap<&str, (bool, i64)>> = HashMap::new();
-    for r in rows {
-        if let Some(a) = r.artifact_id.as_deref() {
-            let at = (r.ended_at.is_none(), r.ended_at.unwrap_or(i64::MAX));
-            let e = landed.entry(&r.idem_key).or_default().entry(a).or_insert(at);
-            *e = (*e).min(at);
+/// What the week's attempts add up to, folded batch by batch (a week can hold millions of them:
+/// no row is kept, only the latencies the percentiles need).
+#[derive(Default)]
+struct Fold {
+    /// (lane, model) groups, in the order first seen; sorted at the end.
+    groups: Vec<((String, Option<String>), LaneModel)>,
+    attempts: i64,
+    /// Σ cost of the attempts that returned a duplicate artifact.
+    duplicate_spend: f64,
+    /// Distinct idem_keys with an artifact.
+    keyed_artifacts: i64,
+}
+
+impl Fold {
+    /// The attempts of the jobs of ISO week `week` (a job's week is its first attempt's) in
+    /// `batches`, `job_attempt`'s [`COLUMNS`] in (job_id, attempt_no) order.
+    fn of(batches: &[RecordBatch], week: &str, prices: &PricesConfig) -> Result<Fold> {
+        let jobs = crate::derived::job_week::first_starts(batches)?;
+        let mut weeks = crate::derived::job_week::WeekCache::default();
+        let (mut jobs, mut left, mut keep) = (jobs.iter(), 0usize, false);
+        let mut fold = Fold::default();
+        // idem_key → its artifacts, borrowed from the batches: no string is copied.
+        let mut landed: HashMap<&str, Landed<'_>> = HashMap::default();
+        for b in batches {
+            let c = |name| crate::tables::job_attempt::column(b, name);
+            let (idem, lane, artifact) = (
+                c("idem_key")?.as_string::<i32>(),
+                c("lane")?.as_string::<i32>(),
+                c("artifact_id")?.as_string::<i32>(),
+            );
+            let (model, attrs) = (c("model")?.as_string::<i32>(), c("attrs")?.as_string::<i32>());
+            let (started, ended) = (
+                c("started_at")?.as_primitive::<TimestampMicrosecondType>(),
+                c("ended_at")?.as_primitive::<TimestampMicrosecondType>(),
+            );
+            let (tin, tout) = (
+                c("tokens_in")?.as_primitive::<Int64Type>(),
+                c("tokens_out")?.as_primitive::<Int64Type>(),
+            );
+            for i in 0..b.num_rows() {
+                if left == 0 {
+                    let job = jobs
+                        .next()
+                        .ok_or_else(|| Error::Internal("cost: more attempts than jobs".into()))?;
+                    (left, keep) = (job.attempts, weeks.week(job.first_start).label == week);
+                }
+                left -= 1;
+                if !keep {
+                    continue;
+                }
+                let (lane, model, attrs) = (opt(lane, i).unwrap_or_default(), opt(model, i), opt(attrs, i));
+                let (tokens_in, tokens_out) = (num(tin, i).unwrap_or(0), num(tout, i).unwrap_or(0));
+                let (started_at, ended_at) = (ts(started, i).unwrap_or(0), ts(ended, i));
+                let cost = prices.cost_of(lane, model, tokens_in, tokens_out, attrs);
+                if let Some(id) = opt(artifact, i) {
+                    let at = (ended_at.is_none(), ended_at.unwrap_or(i64::MAX));
+                    let value = cost.value().unwrap_or(0.0);
+                    landed
+                        .entry(idem.value(i))
+                        .and_modify(|l| l.add(id, at, value))
+                        .or_insert_with(|| Landed {
+                            first: Artifact { id, at, cost: value },
+                            more: Vec::new(),
+                        });
+                }
+                fold.add(lane, model, tokens_in, tokens_out, started_at, ended_at, cost, attrs);
+            }
+        }
+        fold.keyed_artifacts = landed.len() as i64;
+        // An empty f64 sum is −0.0, which would print as "-0.0000": start from 0.0.
+        fold.duplicate_spend = landed
+            .into_values()
+            .map(Landed::duplicate_spend)
+            .fold(0.0, |s, c| s + c);
+        Ok(fold)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        lane: &str,
+        model: Option<&str>,
+        tokens_in: i64,
+        tokens_out: i64,
+        started_at: i64,
+        ended_at: Option<i64>,
+        cost: AttemptCost,
+        attrs: Option<&str>,
+    ) {
+        self.attempts += 1;
+        let g = match self
+            .groups
+            .iter()
+            .position(|((l, m), _)| l == lane && m.as_deref() == model)
+        {
+            Some(g) => g,
+            None => {
+                self.groups
+                    .push(((lane.to_string(), model.map(str::to_string)), LaneModel::default()));
+                self.groups.len() - 1
+            }
+        };
+        let g = &mut self.groups[g].1;
+        g.attempts += 1;
+        g.tokens_in += tokens_in;
+        g.tokens_out += tokens_out;
+        match cost {
+            AttemptCost::Router(v) => {
+                g.router += 1;
+                g.spend += v;
+            }
+            AttemptCost::Table(v) => {
+                g.table += 1;
+                g.spend += v;
+            }
+            AttemptCost::Unpriced => g.unpriced += 1,
+        }
+        match ended_at {
+            None => g.open += 1,
+            Some(e) if e < started_at => g.left_out += 1,
+            Some(e) => g.latencies.push((e - started_at) as f64 / 1e6),
+        }
+        if let Some(t) = attrs.and_then(laneledger_store::config::prices::first_token_at) {
+            if t < started_at {
+                g.left_out += 1;
+            } else {
+                g.ttfts.push((t - started_at) as f64 / 1e6);
+            }
         }
     }
-    let first: HashMap<&str, &str> = landed
-        .iter()
-        .filter_map(|(k, arts)| arts.iter().min_by_key(|(a, at)| (**at, **a)).map(|(a, _)| (*k, *a)))
-        .collect();
-    rows.iter()
-        .filter(|r| {
-            r.artifact_id
-                .as_deref()
-                .is_some_and(|a| first.get(r.idem_key.as_str()) != Some(&a))
-        })
-        .filter_map(|r| r.cost.value())
-        // An empty f64 sum is −0.0, which would print as "-0.0000".
-        .fold(0.0, |a, b| a + b)
 }
 
 /// Seconds with 3 decimals.
@@ -229,41 +317,14 @@ struct LaneModel {
     ttfts: Vec<f64>,
 }
 
-/// The week's cost and latency from its attempts.
-fn week_cost(week: &str, rows: &[Row], prices: &PricesConfig, accepted_artifacts: i64) -> WeekCost {
-    let mut groups: BTreeMap<(String, Option<String>), LaneModel> = BTreeMap::new();
-    for r in rows {
-        let g = groups.entry((r.lane.clone(), r.model.clone())).or_default();
-        g.attempts += 1;
-        g.tokens_in += r.tokens_in;
-        g.tokens_out += r.tokens_out;
-        match r.cost {
-            AttemptCost::Router(v) => {
-                g.router += 1;
-                g.spend += v;
-            }
-            AttemptCost::Table(v) => {
-                g.table += 1;
-                g.spend += v;
-            }
-            AttemptCost::Unpriced => g.unpriced += 1,
-        }
-        match r.ended_at {
-            None => g.open += 1,
-            Some(e) if e < r.started_at => g.left_out += 1,
-            Some(e) => g.latencies.push((e - r.started_at) as f64 / 1e6),
-        }
-        if let Some(t) = r.first_token_at {
-            if t < r.started_at {
-                g.left_out += 1;
-            } else {
-                g.ttfts.push((t - r.started_at) as f64 / 1e6);
-            }
-        }
-    }
-    let total = |f: fn(&LaneModel) -> i64| groups.values().map(f).sum::<i64>();
+/// The week's cost and latency from its attempts, folded.
+fn week_cost(week: &str, fold: Fold, prices: &PricesConfig) -> WeekCost {
+    let mut groups = fold.groups;
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let accepted_artifacts = fold.keyed_artifacts;
+    let total = |f: fn(&LaneModel) -> i64| groups.iter().map(|(_, g)| f(g)).sum::<i64>();
     let priced = total(|g| g.router + g.table);
-    let spend_sum: f64 = groups.values().map(|g| g.spend).fold(0.0, |a, b| a + b);
+    let spend_sum: f64 = groups.iter().map(|(_, g)| g.spend).fold(0.0, |a, b| a + b);
     let spend_value = (priced > 0).then_some(spend_sum);
     let spend = WeekSpend {
         currency: prices.currency.clone(),
@@ -271,8 +332,8 @@ fn week_cost(week: &str, rows: &[Row], prices: &PricesConfig, accepted_artifacts
         spend_per_accepted_artifact: spend_value
             .filter(|_| accepted_artifacts > 0)
             .map(|s| s / accepted_artifacts as f64),
-        duplicate_artifact_spend: spend_value.map(|_| duplicate_spend(rows)),
-        attempts: rows.len() as i64,
+        duplicate_artifact_spend: spend_value.map(|_| fold.duplicate_spend),
+        attempts: fold.attempts,
         router_priced_attempts: total(|g| g.router),
         table_priced_attempts: total(|g| g.table),
         unpriced_attempts: total(|g| g.unpriced),
@@ -389,11 +450,15 @@ impl Session {
     pub async fn week_cost(&self, week: &str) -> Result<WeekCost> {
         parse_iso_week(week)?;
         self.memo(format!("cost:{week}"), || async {
-            let result = self.query(&week_attempts_sql(week)).await?;
             let prices = self.config().prices.clone();
-            let rows = read_rows(&result.batches, &prices)?;
-            let accepted = accepted_artifacts(&rows);
-            Ok(week_cost(week, &rows, &prices, accepted))
+            let (attempts, week_text, folding) = (self.attempts.clone(), week.to_string(), prices.clone());
+            // Read from the attempts' cached columns, not through SQL: a week can hold millions of
+            // attempts, which a join with job_week would hold whole in the SQL memory pool.
+            let fold = self
+                .executor
+                .run(move |_| async move { Fold::of(&attempts.columns(&COLUMNS)?, &week_text, &folding) })
+                .await?;
+            Ok(week_cost(week, fold, &prices))
         })
         .await
     }
@@ -418,16 +483,6 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// Distinct idem_key with at least one artifact (the drill table's unique accepted artifacts).
-fn accepted_artifacts(rows: &[Row]) -> i64 {
-    let keys: std::collections::HashSet<&str> = rows
-        .iter()
-        .filter(|r| r.artifact_id.is_some())
-        .map(|r| r.idem_key.as_str())
-        .collect();
-    keys.len() as i64
 }
 
 #[cfg(test)]

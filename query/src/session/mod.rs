@@ -155,7 +155,7 @@ pub struct Session {
     /// `idem_artifacts`, kept up to date from the rows each write changed.
     idem_artifacts: Arc<idem_artifacts::IdemArtifactsMemo>,
     /// The threads user SQL is planned and run on, apart from the caller's ([`Executor`]).
-    executor: Executor,
+    pub(crate) executor: Executor,
     /// "Now" for telling a week in progress ([`Session::now_micros`]): `None` is the wall clock.
     now: Option<i64>,
 }
