@@ -193,6 +193,42 @@ impl Lookups {
     }
 }
 
+/// Fills the `None`s of `out` with the rows of one source (a run, or the blocks) that hold their
+/// `keys` (sorted), given `first_block`: the stored block whose last key is the first at or above
+/// a key, with that last key. A block serves every following key up to its last one, unpacked
+/// once; past a source's last block no later key can be in it.
+fn sorted_lookups(
+    keys: &[(String, u32)],
+    out: &mut [Option<Vec<u8>>],
+    mut first_block: impl FnMut((&str, u32)) -> Result<Option<(OwnedKey, Vec<u8>)>>,
+) -> Result<()> {
+    let mut held: Option<(OwnedKey, Block)> = None;
+    for (i, (job, no)) in keys.iter().enumerate() {
+        if out[i].is_some() {
+            continue;
+        }
+        let key = (job.as_str(), *no);
+        // The held block is the first whose last key is at or above an earlier key: it covers
+        // every key up to its own last one.
+        if let Some((last, block)) = &held
+            && key <= (last.0.as_str(), last.1)
+        {
+            out[i] = block.find(key).ok().map(|r| block.value(r).to_vec());
+            continue;
+        }
+        let Some((last, stored)) = first_block(key)? else {
+            break;
+        };
+        if !may_hold(&stored, key).map_err(|r| corrupt((last.0.as_str(), last.1), r))? {
+            continue;
+        }
+        let block = Block::decode(&stored).map_err(|r| corrupt((last.0.as_str(), last.1), r))?;
+        out[i] = block.find(key).ok().map(|r| block.value(r).to_vec());
+        held = Some((last, block));
+    }
+    Ok(())
+}
+
 /// The next row of a delta range, owned.
 fn pull(range: &mut redb::Range<'_, Key, &'static [u8]>) -> Result<Option<OwnedRow>> {
     Ok(match range.next() {
@@ -563,6 +599,38 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
             }
         }
         self.lookups.borrow_mut().get(&self.blocks, (job_id, attempt_no))
+    }
+
+    /// The stored values of `keys` (in key order, each once), in that order; `None` for a key no
+    /// row holds. [`AttemptRows::get`] for many keys at once: each run and the blocks are read in
+    /// key order and each block is unpacked at most once, where `get` unpacks a block's keys again
+    /// for every key (catching a query's columns up with a second of random-id writes spent most
+    /// of its time there). Errors as [`AttemptRows::get`].
+    pub fn get_sorted(&self, keys: &[(String, u32)]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        for &id in &self.run_ids {
+            sorted_lookups(keys, &mut out, |key| {
+                let Some(row) = self
+                    .runs
+                    .range::<(u64, &str, u32)>((id, key.0, key.1)..(id + 1, "", 0))?
+                    .next()
+                else {
+                    return Ok(None);
+                };
+                let (k, v) = row?;
+                let (_, job, no) = k.value();
+                Ok(Some(((job.to_string(), no), v.value().to_vec())))
+            })?;
+        }
+        sorted_lookups(keys, &mut out, |key| {
+            let Some(row) = self.blocks.range(key..)?.next() else {
+                return Ok(None);
+            };
+            let (k, v) = row?;
+            let (job, no) = k.value();
+            Ok(Some(((job.to_string(), no), v.value().to_vec())))
+        })?;
+        Ok(out)
     }
 
     /// One job's stored values in `attempt_no` order. Errors as [`AttemptRows::get`].
@@ -1316,6 +1384,19 @@ mod tests {
             assert_eq!(rows.get(job, *no).unwrap().as_ref(), Some(v));
         }
         assert_eq!(rows.get("no-such-job", 1).unwrap(), None);
+        // Many keys at once: every third row held, each with a key beside it that is not (the
+        // next attempt_no past the job's last, and a job_id just after it), as `get` finds them.
+        let mut keys: BTreeSet<(String, u32)> = BTreeSet::new();
+        for ((job, no), _) in model.iter().step_by(3) {
+            keys.insert((job.clone(), *no));
+            keys.insert((format!("{job}\0"), 1));
+            keys.insert((job.clone(), u32::MAX));
+        }
+        keys.insert((String::new(), 0));
+        keys.insert(("~".to_string(), 1));
+        let keys: Vec<(String, u32)> = keys.into_iter().collect();
+        let expected: Vec<Option<Vec<u8>>> = keys.iter().map(|(j, n)| model.get(&(j.clone(), *n)).cloned()).collect();
+        assert_eq!(rows.get_sorted(&keys).unwrap(), expected);
     }
 
     /// Appends, writes inside the blocks' range, completions, removals and folds, checked after

@@ -1206,9 +1206,10 @@ impl Ledger {
             }
         }
         let view = crate::storage::attempt_store::read_rows(&txn)?;
+        let keys: Vec<(String, u32)> = keys.into_iter().collect();
         let mut rows = Vec::with_capacity(keys.len());
-        for (job_id, attempt_no) in &keys {
-            match view.get(job_id, *attempt_no)? {
+        for value in view.get_sorted(&keys)? {
+            match value {
                 Some(v) => rows.push(crate::storage::ledger::decode_attempt(&v)?),
                 // Only a sweep removes a row, and a sweep is chained.
                 None => return Ok(AttemptChanges::Rescan),
