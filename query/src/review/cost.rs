@@ -233,11 +233,16 @@ impl Fold {
             }
         }
         fold.keyed_artifacts = landed.len() as i64;
+        // Summed in idem_key order, so that the figure is the same in every run (a hash map's
+        // order is not); only keys with a second artifact add to it.
+        let mut duplicates: Vec<(&str, f64)> = landed
+            .into_iter()
+            .filter(|(_, l)| !l.more.is_empty())
+            .map(|(k, l)| (k, l.duplicate_spend()))
+            .collect();
+        duplicates.sort_unstable_by(|a, b| a.0.cmp(b.0));
         // An empty f64 sum is −0.0, which would print as "-0.0000": start from 0.0.
-        fold.duplicate_spend = landed
-            .into_values()
-            .map(Landed::duplicate_spend)
-            .fold(0.0, |s, c| s + c);
+        fold.duplicate_spend = duplicates.iter().map(|d| d.1).fold(0.0, |s, c| s + c);
         Ok(fold)
     }
 
