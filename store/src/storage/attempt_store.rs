@@ -609,18 +609,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     pub fn get_sorted(&self, keys: &[(String, u32)]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
         for &id in &self.run_ids {
-            sorted_lookups(keys, &mut out, |key| {
-                let Some(row) = self
-                    .runs
-                    .range::<(u64, &str, u32)>((id, key.0, key.1)..(id + 1, "", 0))?
-                    .next()
-                else {
-                    return Ok(None);
-                };
-                let (k, v) = row?;
-                let (_, job, no) = k.value();
-                Ok(Some(((job.to_string(), no), v.value().to_vec())))
-            })?;
+            sorted_lookups(keys, &mut out, |key| run_block(&self.runs, id, key))?;
         }
         sorted_lookups(keys, &mut out, |key| {
             let Some(row) = self.blocks.range(key..)?.next() else {
