@@ -790,3 +790,79 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
     assert_as_built_whole(&kept, &ledger, "2026-W47", "after the sweep");
     assert_eq!(kept, derived(&fresh, "2026-W47").await, "after the sweep");
 }
+
+/// A pinned session (one page, one review) reads the state it found, or a newer one: writes that
+/// land meanwhile make it bring neither the columns nor any derived table up to date, while the
+/// session itself, unpinned, answers each write as a fresh session does. What a pinned read
+/// builds from older columns is never taken for a newer generation's.
+#[tokio::test]
+async fn a_pinned_session_reads_one_generation_and_the_session_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
+    let mut rng = Rng::new(0x5eed_0f_a_91a);
+    let mut jobs: Vec<Job> = Vec::new();
+    ingest(&ledger, &new_jobs(&mut rng, &mut jobs, 3_000).join("\n"));
+    let mut write = |n| ingest(&ledger, &new_jobs(&mut rng, &mut jobs, n).join("\n"));
+    let fresh = || async { Session::new(ledger.clone()).await.unwrap() };
+    let session = fresh().await;
+    let week = "2026-W46";
+    let at_first = derived(&session, week).await;
+    let weeks_at_first = session.weeks().await.unwrap();
+    // The cost fold's columns held too (a column not held yet is read from the newest snapshot).
+    session.week_cost("2026-W45").await.unwrap();
+
+    let pinned = session.pinned();
+    write(30);
+    let merges = session.attempt_merges();
+    assert_eq!(
+        derived(&pinned, week).await,
+        at_first,
+        "the pinned session reads what it found"
+    );
+    assert_eq!(pinned.weeks().await.unwrap(), weeks_at_first);
+    // Asked for the first time through the pin, so built from the columns it found.
+    let other_week = pinned.audit_counts(Some("2026-W47")).await.unwrap();
+    let other_cost = pinned.week_cost("2026-W47").await.unwrap().spend;
+    assert_eq!(
+        session.attempt_merges(),
+        merges,
+        "no write was merged for the pinned reads"
+    );
+
+    let now = fresh().await;
+    let after = derived(&now, week).await;
+    assert_ne!(after, at_first, "the write changed the week's tables");
+    assert_eq!(derived(&session, week).await, after, "the session sees the write");
+    assert_eq!(session.weeks().await.unwrap(), now.weeks().await.unwrap());
+    assert_ne!(session.weeks().await.unwrap(), weeks_at_first);
+    let counts = |s: &Session| {
+        let s = s.clone();
+        async move { s.audit_counts(Some("2026-W47")).await.unwrap() }
+    };
+    assert_eq!(
+        counts(&session).await,
+        counts(&now).await,
+        "not the pinned read's counts"
+    );
+    assert_ne!(counts(&session).await, other_week);
+    let cost = now.week_cost("2026-W47").await.unwrap().spend;
+    assert_eq!(session.week_cost("2026-W47").await.unwrap().spend, cost);
+    assert_ne!(cost, other_cost);
+    assert_eq!(session.attempt_merges(), merges + 1);
+    assert_eq!(
+        derived(&pinned, week).await,
+        after,
+        "a newer state does for a pinned read"
+    );
+
+    // Pinned while the columns lag behind it: its first read catches up past the pin.
+    write(30);
+    let late = session.pinned();
+    write(30);
+    let now = fresh().await;
+    assert_eq!(derived(&late, week).await, derived(&now, week).await);
+    write(30);
+    let now = fresh().await;
+    assert_eq!(derived(&session, week).await, derived(&now, week).await);
+    assert_eq!(session.weeks().await.unwrap(), now.weeks().await.unwrap());
+}

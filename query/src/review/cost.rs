@@ -459,10 +459,8 @@ impl Session {
             let (attempts, week_text, folding) = (self.attempts.clone(), week.to_string(), prices.clone());
             // Read from the attempts' cached columns, not through SQL: a week can hold millions of
             // attempts, which a join with job_week would hold whole in the SQL memory pool.
-            let fold = self
-                .executor
-                .run(move |_| async move { Fold::of(&attempts.columns(&COLUMNS)?, &week_text, &folding) })
-                .await?;
+            let read = self.read_at_floor(move || Fold::of(&attempts.columns(&COLUMNS)?, &week_text, &folding));
+            let fold = self.executor.run(move |_| async move { read() }).await?;
             Ok(week_cost(week, fold, &prices))
         })
         .await

@@ -684,22 +684,26 @@ impl Session {
         week: Option<&str>,
         thresholds: &Thresholds,
     ) -> Result<(WeekReview, Vec<crate::Section>)> {
-        let attempts = self.attempts.clone();
-        tokio::task::spawn_blocking(move || attempts.columns(&crate::tables::job_attempt::WIDE_COLUMNS))
+        // One pin for the whole review: its queries catch up with the writes once, not each.
+        let pinned = self.pinned();
+        let this = &pinned;
+        let attempts = this.attempts.clone();
+        let read = this.read_at_floor(move || attempts.columns(&crate::tables::job_attempt::WIDE_COLUMNS));
+        tokio::task::spawn_blocking(read)
             .await
             .map_err(|e| Error::Internal(format!("column read: {e}")))??;
         let (review, sections) = match week {
-            Some(w) => futures::try_join!(self.review(Some(w), thresholds), self.audit_sections(w))?,
+            Some(w) => futures::try_join!(this.review(Some(w), thresholds), this.audit_sections(w))?,
             None => {
-                let review = self.review(None, thresholds).await?;
-                let sections = self.audit_sections(&review.week.iso_week).await?;
+                let review = this.review(None, thresholds).await?;
+                let sections = this.audit_sections(&review.week.iso_week).await?;
                 (review, sections)
             }
         };
         // The sections belong under the review's own label of the week, should it spell the
         // asked label another way.
         if week.is_some_and(|w| w != review.week.iso_week) {
-            let sections = self.audit_sections(&review.week.iso_week).await?;
+            let sections = this.audit_sections(&review.week.iso_week).await?;
             return Ok((review, sections));
         }
         Ok((review, sections))
@@ -710,21 +714,23 @@ impl Session {
     /// Errors: [`Error::BadWeek`] for a label that is not an ISO week, [`Error::UnknownWeek`] when
     /// the ledger holds no job whose first attempt falls in it (or holds no attempt at all).
     pub async fn review(&self, week: Option<&str>, thresholds: &Thresholds) -> Result<WeekReview> {
-        let (mut m, mut previous) = pick_week(&self.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
-        self.add_spend(&mut m).await?;
+        // One pin for all its reads ([`Session::pinned`]).
+        let this = &self.pinned();
+        let (mut m, mut previous) = pick_week(&this.weeks().await?, week, |m: &WeekMetrics| &m.iso_week)?;
+        this.add_spend(&mut m).await?;
         if let Some(p) = previous.as_mut() {
-            self.add_spend(p).await?;
+            this.add_spend(p).await?;
         }
-        let counts = self.audit_counts(Some(&m.iso_week)).await?;
+        let counts = this.audit_counts(Some(&m.iso_week)).await?;
         let counts = counts.get(&m.iso_week).copied().unwrap_or_default();
-        let gate_weeks = self.gate_weeks().await?;
+        let gate_weeks = this.gate_weeks().await?;
         let gate = gate_weeks.iter().find(|g| g.iso_week == m.iso_week);
-        let alerts = week_alerts(&m, &counts, gate, thresholds, &self.gate_thresholds());
+        let alerts = week_alerts(&m, &counts, gate, thresholds, &this.gate_thresholds());
         Ok(WeekReview {
             alerts,
             previous,
             previous_week: previous_iso_week(&m.iso_week)?,
-            partial: week_is_partial(&m.iso_week, self.now_micros()),
+            partial: week_is_partial(&m.iso_week, this.now_micros()),
             week: m,
         })
     }
@@ -732,10 +738,12 @@ impl Session {
     /// Every week's alerts, oldest first (the weeks index): one count query per audit over
     /// every week, remembered until the next write.
     pub async fn alerts_by_week(&self, thresholds: &Thresholds) -> Result<Vec<(String, Vec<AlertCheck>)>> {
-        let weeks = self.weeks().await?;
-        let counts = self.audit_counts(None).await?;
-        let gate_weeks = self.gate_weeks().await?;
-        let gate_t = self.gate_thresholds();
+        // One pin for all its reads ([`Session::pinned`]).
+        let this = &self.pinned();
+        let weeks = this.weeks().await?;
+        let counts = this.audit_counts(None).await?;
+        let gate_weeks = this.gate_weeks().await?;
+        let gate_t = this.gate_thresholds();
         Ok(weeks
             .iter()
             .map(|m| {

@@ -356,8 +356,10 @@ impl Session {
     ///
     /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week.
     pub async fn audit_sections(&self, week: &str) -> Result<Vec<Section>> {
+        // One pin for all its reads ([`Session::pinned`]).
+        let this = &self.pinned();
         parse_iso_week(week)?;
-        self.memo(format!("sections:{week}"), || self.compute_sections(week))
+        this.memo(format!("sections:{week}"), || this.compute_sections(week))
             .await
     }
 
@@ -446,7 +448,9 @@ impl Session {
     ///
     /// Errors: [`crate::Error::BadWeek`] for a label that is not an ISO week.
     pub async fn section_page(&self, week: &str, id: &str, page: usize) -> Result<Option<SectionPage>> {
-        let Some(mut section) = self.audit_sections(week).await?.into_iter().find(|s| s.id == id) else {
+        // One pin for all its reads ([`Session::pinned`]).
+        let this = &self.pinned();
+        let Some(mut section) = this.audit_sections(week).await?.into_iter().find(|s| s.id == id) else {
             return Ok(None);
         };
         let pages = section.total_rows.div_ceil(MAX_SECTION_ROWS).max(1);
@@ -454,7 +458,7 @@ impl Session {
         let first_row = (page - 1) * MAX_SECTION_ROWS;
         if page > 1 {
             let sql = format!("{} LIMIT {MAX_SECTION_ROWS} OFFSET {first_row}", section.sql);
-            section.rows = cells(&self.query(&sql).await?.batches, MAX_SECTION_ROWS)?;
+            section.rows = cells(&this.query(&sql).await?.batches, MAX_SECTION_ROWS)?;
         }
         Ok(Some(SectionPage {
             section,

@@ -162,9 +162,11 @@ impl Session {
     /// when no job started in the week and no gate decision was logged in it,
     /// [`Error::Plan`] when the week has more than [`MAX_REPLAY_JOBS`] jobs.
     pub async fn whatif(&self, week: &str, changed: &LaneConfig, seed: u64) -> Result<WhatIf> {
+        // One pin for all its reads ([`Session::pinned`]).
+        let this = &self.pinned();
         parse_iso_week(week)?;
-        let now_config = self.config().clone();
-        let logged = self.weeks().await?.into_iter().find(|w| w.iso_week == week);
+        let now_config = this.config().clone();
+        let logged = this.weeks().await?.into_iter().find(|w| w.iso_week == week);
         let lane = match logged {
             Some(logged) if logged.jobs > 0 => {
                 if logged.jobs > MAX_REPLAY_JOBS {
@@ -174,7 +176,7 @@ impl Session {
                         format_count(MAX_REPLAY_JOBS)
                     )));
                 }
-                let observed = self.observed_calls(week).await?;
+                let observed = this.observed_calls(week).await?;
                 let model = LaneModel::from_observed(&observed);
                 let jobs = logged.jobs as u64;
                 let now = replay(&model, &LanePolicy::from(&now_config), jobs, seed);
@@ -189,7 +191,7 @@ impl Session {
             }
             _ => None,
         };
-        let decisions = self.week_decisions(week)?;
+        let decisions = this.week_decisions(week)?;
         let gate = (!decisions.is_empty())
             .then(|| gate_whatif(&decisions, &GateCaps::from(&now_config), &GateCaps::from(changed)));
         if lane.is_none() && gate.is_none() {

@@ -158,6 +158,9 @@ pub struct Session {
     pub(crate) executor: Executor,
     /// "Now" for telling a week in progress ([`Session::now_micros`]): `None` is the wall clock.
     now: Option<i64>,
+    /// The write generation this session's reads reflect at least, when pinned
+    /// ([`Session::pinned`]); `None`: each read the ledger's generation at its start.
+    pin: Option<u64>,
 }
 
 /// The environment variable that sets "now" (RFC 3339) for the review's partial weeks, in place
@@ -320,7 +323,33 @@ impl Session {
                 ),
                 Err(_) => None,
             },
+            pin: None,
         })
+    }
+
+    /// This session pinned to the ledger's write generation now: its reads take the cached
+    /// columns and tables at that generation or newer instead of catching up with each write that
+    /// lands meanwhile ([`crate::engine::read_floor`]). A page or a review reads through one
+    /// pinned session, so that under routers posting all day it catches up once and its parts are
+    /// built from the same attempts. A record acknowledged before the pin is in every answer; one
+    /// acknowledged after it may not be. Pinning a pinned session keeps its generation.
+    pub fn pinned(&self) -> Session {
+        Session {
+            pin: Some(self.pin.unwrap_or_else(|| self.ledger.generation())),
+            ..self.clone()
+        }
+    }
+
+    /// The generation this session's reads must reflect at least: its pin, else the ledger's now.
+    fn floor(&self) -> u64 {
+        self.pin.unwrap_or_else(|| self.ledger.generation())
+    }
+
+    /// `read` (synchronous, over the cached columns), to run on another thread at this session's
+    /// floor.
+    pub(crate) fn read_at_floor<T, F: FnOnce() -> T>(&self, read: F) -> impl FnOnce() -> T + use<T, F> {
+        let pin = self.pin;
+        move || crate::engine::read_floor::with_floor(pin, read)
     }
 
     /// This session with "now" fixed at `micros` (µs since the epoch) instead of the wall clock.
@@ -367,26 +396,31 @@ impl Session {
         &self.config
     }
 
-    /// `compute`'s answer for `key`, remembered until the ledger's next write (its generation).
+    /// `compute`'s answer for `key`, remembered until the ledger's next write (its generation);
+    /// a pinned session takes one remembered at its pin or later.
     pub(crate) async fn memo<T, Fut>(&self, key: String, compute: impl FnOnce() -> Fut) -> Result<T>
     where
         T: Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T>>,
     {
-        let generation = self.ledger.generation();
+        // Taken before computing: the answer reflects this generation at least.
+        let label = self.floor();
         if let Ok(m) = self.memo.lock()
-            && m.generation == generation
+            && m.generation >= label
             && let Some(v) = m.entries.get(&key).and_then(|v| v.downcast_ref::<T>())
         {
             return Ok(v.clone());
         }
         let value = compute().await?;
         if let Ok(mut m) = self.memo.lock() {
-            if m.generation != generation || m.entries.len() >= MEMO_ENTRIES {
+            if m.generation < label || m.entries.len() >= MEMO_ENTRIES {
                 m.entries.clear();
-                m.generation = generation;
+                m.generation = label;
             }
-            m.entries.insert(key, Arc::new(value.clone()));
+            // Answers older than the memo's are not kept.
+            if m.generation == label {
+                m.entries.insert(key, Arc::new(value.clone()));
+            }
         }
         Ok(value)
     }
@@ -402,10 +436,10 @@ impl Session {
         check_size(sql)?;
         // Planned and run on the SQL threads: a plan that keeps its thread for minutes holds up
         // none of the caller's, and dropping this future stops it (see [`Executor`]).
-        let ctx = self.ctx.clone();
+        let (ctx, pin) = (self.ctx.clone(), self.pin);
         let sql = sql.to_string();
         self.executor
-            .run(|stop| async move { run_statement(&ctx, &sql, &stop, None).await })
+            .run(move |stop| async move { run_statement(&ctx, pin, &sql, &stop, None).await })
             .await
             .map(|(result, _)| result)
     }
@@ -414,10 +448,10 @@ impl Session {
     /// [`Cut`] says where, instead of the statement failing.
     pub async fn query_capped(&self, sql: &str, limits: ResultLimits) -> Result<(QueryResult, Option<Cut>)> {
         check_size(sql)?;
-        let ctx = self.ctx.clone();
+        let (ctx, pin) = (self.ctx.clone(), self.pin);
         let sql = sql.to_string();
         self.executor
-            .run(|stop| async move { run_statement(&ctx, &sql, &stop, Some(limits)).await })
+            .run(move |stop| async move { run_statement(&ctx, pin, &sql, &stop, Some(limits)).await })
             .await
     }
 }
@@ -454,21 +488,29 @@ fn check_size(sql: &str) -> Result<()> {
 
 /// Plans `sql` (refusing what is not read-only) and collects its answer, up to
 /// [`MAX_RESULT_BYTES`]; every operator of the plan stops once `stop` is up ([`crate::engine::stop`]).
+/// With a `pin`, the tables read at that floor ([`crate::engine::read_floor`]).
 async fn run_statement(
     ctx: &SessionContext,
+    pin: Option<u64>,
     sql: &str,
     stop: &Arc<AtomicBool>,
     limits: Option<ResultLimits>,
 ) -> Result<(QueryResult, Option<Cut>)> {
-    let plan = ctx
-        .state()
+    let mut state = ctx.state();
+    if let Some(generation) = pin {
+        state
+            .config_mut()
+            .set_extension(Arc::new(crate::engine::read_floor::Floor(generation)));
+    }
+    let plan = state
         .create_logical_plan(sql)
         .await
         .map_err(|e| crate::engine::hints::plan_error(ctx, e))?;
     read_only()
         .verify_plan(&plan)
         .map_err(|e| Error::ReadOnly(e.strip_backtrace()))?;
-    let df = ctx.execute_logical_plan(plan).await?;
+    // The statement runs in `state`, so its scans see the pin.
+    let df = datafusion::dataframe::DataFrame::new(state, plan);
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let task = Arc::new(df.task_ctx());
     let plan = crate::engine::stop::checked(df.create_physical_plan().await?, stop)?;

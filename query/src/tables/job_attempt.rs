@@ -771,7 +771,10 @@ impl AttemptCache {
         // Read the generation before the rows: a write landing meanwhile bumps it, so the entry
         // is never newer than its rows claim.
         let generation = self.ledger.generation();
-        if cached.generation != Some(generation) {
+        // Columns at the read's floor or newer will do: a pinned review reads the state it
+        // caught up to once ([`crate::engine::read_floor`]).
+        let floor = crate::engine::read_floor::floor_or(generation);
+        if cached.generation.is_none_or(|g| g < floor) {
             if self.catch_up(cached) {
                 cached.generation = Some(generation);
             } else {

@@ -19,6 +19,7 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use laneledger_store::Ledger;
 
+use crate::engine::read_floor::Floor;
 use crate::error::Result;
 
 /// Reads one table's rows out of the ledger (at each scan, from a fresh read transaction).
@@ -164,18 +165,20 @@ impl TableProvider for LedgerTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        // A pinned statement's floor ([`crate::engine::read_floor`]); else the ledger's generation now.
+        let floor = state.config().get_extension::<Floor>().map(|f| f.0);
         if let Some(read) = &self.job_read
             && let Some(job_id) = filters.iter().find_map(|f| literal_of(f, "job_id"))
         {
             let (ledger, read, job_id) = (self.ledger.clone(), read.clone(), job_id.to_string());
-            let batches = blocking(move || read(&ledger, &job_id)).await?;
+            let batches = blocking(floor, move || read(&ledger, &job_id)).await?;
             return self.source(state, batches, projection, limit);
         }
         if let Some(read) = &self.week_read
             && let Some(week) = filters.iter().find_map(|f| literal_of(f, "iso_week"))
         {
             let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
-            let batches = cached(&self.ledger, &self.week_cache, week, move || read(&ledger, &w)).await?;
+            let batches = cached(&self.ledger, floor, &self.week_cache, week, move || read(&ledger, &w)).await?;
             return self.source(state, batches.as_ref().clone(), projection, limit);
         }
         let read = match &self.read {
@@ -185,45 +188,52 @@ impl TableProvider for LedgerTable {
                     .cloned()
                     .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
                 let (ledger, read, cols) = (self.ledger.clone(), read.clone(), columns.clone());
-                let batches = blocking(move || read(&ledger, &cols)).await?;
+                let batches = blocking(floor, move || read(&ledger, &cols)).await?;
                 return self.projected_source(state, batches, &columns, limit);
             }
         };
         let (ledger, read) = (self.ledger.clone(), read.clone());
-        let batches = cached(&self.ledger, &self.cache, "", move || read(&ledger)).await?;
+        let batches = cached(&self.ledger, floor, &self.cache, "", move || read(&ledger)).await?;
         self.source(state, batches.as_ref().clone(), projection, limit)
     }
 }
 
-/// The batches `cache` holds for `key` when no write has landed since they were read; else
-/// `read`'s, kept in `cache` in their place.
+/// The batches `cache` holds for `key` when they reflect the read's floor (`floor`, else the
+/// ledger's generation now: no write has landed since they were read); else `read`'s, kept in
+/// `cache` in their place unless a newer entry took it meanwhile.
 async fn cached(
     ledger: &Ledger,
+    floor: Option<u64>,
     cache: &Cache,
     key: &str,
     read: impl FnOnce() -> Result<Vec<RecordBatch>> + Send + 'static,
 ) -> datafusion::error::Result<Arc<Vec<RecordBatch>>> {
     // Read the generation before the rows: a write that lands meanwhile bumps it, so the cache
-    // entry is never newer than its rows claim.
-    let generation = ledger.generation();
+    // entry is never newer than its rows claim. A pinned read labels its entry with its floor,
+    // which its rows reflect at least.
+    let label = floor.unwrap_or_else(|| ledger.generation());
     let lock = || crate::engine::cache_lock::lock_or_reset(cache, || None);
     if let Some((g, k, b)) = lock().as_ref()
-        && *g == generation
+        && *g >= label
         && k == key
     {
         return Ok(b.clone());
     }
-    let batches = Arc::new(blocking(read).await?);
-    *lock() = Some((generation, key.to_string(), batches.clone()));
+    let batches = Arc::new(blocking(floor, read).await?);
+    let mut entry = lock();
+    if entry.as_ref().is_none_or(|(g, k, _)| *g <= label || k != key) {
+        *entry = Some((label, key.to_string(), batches.clone()));
+    }
     Ok(batches)
 }
 
-/// Runs a ledger read on tokio's blocking threads: redb reads block, and must not hold up the
-/// async executor's threads.
+/// Runs a ledger read on tokio's blocking threads (redb reads block, and must not hold up the
+/// async executor's threads), at `floor` ([`crate::engine::read_floor::with_floor`]).
 async fn blocking<T: Send + 'static>(
+    floor: Option<u64>,
     read: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> datafusion::error::Result<T> {
-    tokio::task::spawn_blocking(read)
+    tokio::task::spawn_blocking(move || crate::engine::read_floor::with_floor(floor, read))
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?
         .map_err(|e| DataFusionError::External(Box::new(e)))

@@ -126,13 +126,15 @@ pub(crate) async fn week_file(
     uri: Uri,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, AppError> {
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     let Path((week, file)) = path?;
     let Some((name, format)) = split_file(&file) else {
         return Err(AppError::NoRoute(uri.path().to_string()));
     };
     // A bad label is a 400, a week without data a 404, as for the page.
-    state.session.review(Some(&week), &state.thresholds).await?;
-    match week_table(&state.session, &week, name).await? {
+    session.review(Some(&week), &state.thresholds).await?;
+    match week_table(&session, &week, name).await? {
         Some(result) => file_response(&result, format, &format!("laneledger-{week}-{name}")),
         None => Err(AppError::NoRoute(uri.path().to_string())),
     }

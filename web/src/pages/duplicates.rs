@@ -147,6 +147,8 @@ pub(crate) async fn list(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<HtmlTemplate<impl Template>, AppError> {
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     let week = params.get("week").filter(|w| !w.is_empty()).cloned();
     if let Some(w) = &week {
         laneledger_query::review::metrics::parse_iso_week(w)?;
@@ -160,7 +162,7 @@ pub(crate) async fn list(
             .ok_or_else(|| AppError::BadPath(format!("{p:?} is not a page number: pages count from 1")))?,
     };
     let week = week.as_deref();
-    let totals = state.session.query(&totals_sql(week)).await?;
+    let totals = session.query(&totals_sql(week)).await?;
     let totals: Vec<HashMap<String, i64>> =
         serde_json::from_str(&format_result(&totals, OutputFormat::Json)?).map_err(Error::from)?;
     let total_keys = totals.first().and_then(|t| t.get("keys")).copied().unwrap_or(0).max(0) as usize;
@@ -169,7 +171,7 @@ pub(crate) async fn list(
     let page = page.min(pages);
     let from = (page - 1) * KEYS_PER_PAGE;
     let sql = page_sql(week, from);
-    let result = state.session.query(&sql).await?;
+    let result = session.query(&sql).await?;
     let json = format_result(&result, OutputFormat::Json)?;
     let rows: Vec<Row> = serde_json::from_str(&json).map_err(Error::from)?;
     let mut groups: Vec<KeyGroup> = Vec::new();
@@ -204,7 +206,7 @@ pub(crate) async fn list(
         href: href(None, 1),
         current: week.is_none(),
     }];
-    weeks.extend(state.session.weeks().await?.iter().rev().map(|m| Link {
+    weeks.extend(session.weeks().await?.iter().rev().map(|m| Link {
         label: m.iso_week.clone(),
         href: href(Some(&m.iso_week), 1),
         current: week == Some(m.iso_week.as_str()),

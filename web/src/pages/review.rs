@@ -325,7 +325,9 @@ fn review_page(
 
 /// `GET /`: the latest week's review, or how to ingest when the ledger is empty.
 pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, AppError> {
-    let weeks = state.session.weeks().await?;
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
+    let weeks = session.weeks().await?;
     if weeks.is_empty() {
         return Ok(HtmlTemplate(EmptyPage {
             nav: "review",
@@ -333,10 +335,10 @@ pub(crate) async fn latest(State(state): State<AppState>) -> Result<Response, Ap
         })
         .into_response());
     }
-    let (review, sections) = state.session.review_with_sections(None, &state.thresholds).await?;
-    let daily = crate::pages::daily::daily(&state.session, &review.week.iso_week).await?;
-    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
-    let now = state.session.now_micros();
+    let (review, sections) = session.review_with_sections(None, &state.thresholds).await?;
+    let daily = crate::pages::daily::daily(&session, &review.week.iso_week).await?;
+    let by_week = session.alerts_by_week(&state.thresholds).await?;
+    let now = session.now_micros();
     Ok(HtmlTemplate(review_page(review, &weeks, &by_week, sections, daily, true, now)).into_response())
 }
 
@@ -345,15 +347,14 @@ pub(crate) async fn week(
     State(state): State<AppState>,
     week: Result<Path<String>, PathRejection>,
 ) -> Result<HtmlTemplate<impl Template>, AppError> {
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     let Path(week) = week?;
-    let (review, sections) = state
-        .session
-        .review_with_sections(Some(&week), &state.thresholds)
-        .await?;
-    let weeks = state.session.weeks().await?;
-    let daily = crate::pages::daily::daily(&state.session, &review.week.iso_week).await?;
-    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
-    let now = state.session.now_micros();
+    let (review, sections) = session.review_with_sections(Some(&week), &state.thresholds).await?;
+    let weeks = session.weeks().await?;
+    let daily = crate::pages::daily::daily(&session, &review.week.iso_week).await?;
+    let by_week = session.alerts_by_week(&state.thresholds).await?;
+    let now = session.now_micros();
     Ok(HtmlTemplate(review_page(
         review, &weeks, &by_week, sections, daily, false, now,
     )))

@@ -97,11 +97,13 @@ pub(crate) async fn page(
     path: Result<Path<(String, String)>, PathRejection>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<HtmlTemplate<impl Template>, AppError> {
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     let Path((week, id)) = path?;
     let page = page_param(&params).map_err(AppError::BadPath)?;
     // A bad label is a 400, a week without data a 404, as for the week page.
-    state.session.review(Some(&week), &state.thresholds).await?;
-    let Some(p) = state.session.section_page(&week, &id, page).await? else {
+    session.review(Some(&week), &state.thresholds).await?;
+    let Some(p) = session.section_page(&week, &id, page).await? else {
         return Err(AppError::NoRoute(uri.path().to_string()));
     };
     let shown = p.section.rows.len();
@@ -134,11 +136,13 @@ pub async fn api(
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    // Every part of the answer reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     let page = page_param(&params).map_err(ApiError::bad_request)?;
     let week = params.get("week").filter(|w| !w.is_empty()).map(String::as_str);
-    let review = state.session.review(week, &state.thresholds).await?;
+    let review = session.review(week, &state.thresholds).await?;
     let week = review.week.iso_week;
-    let Some(p) = state.session.section_page(&week, &id, page).await? else {
+    let Some(p) = session.section_page(&week, &id, page).await? else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("the review of {week} has no section {id:?}"),

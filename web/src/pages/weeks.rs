@@ -152,6 +152,8 @@ async fn trends(
     weeks: &[WeekMetrics],
     by_week: &[(String, Vec<AlertCheck>)],
 ) -> Result<Vec<TrendView>, Error> {
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
     // The weeks whose `metric` is above its threshold from too few jobs.
     let too_few = |metric: &str| -> Vec<String> {
         by_week
@@ -203,10 +205,10 @@ async fn trends(
             sql: format!("SELECT iso_week, {metric} FROM weekly_metrics ORDER BY week_start"),
         });
     }
-    let gate = state.session.gate_weeks().await?;
+    let gate = session.gate_weeks().await?;
     if !gate.is_empty() {
         let (title, metric) = ("free admits that missed slack", "free_admit_miss_rate");
-        let threshold = state.session.gate_thresholds().free_admit_miss_rate;
+        let threshold = session.gate_thresholds().free_admit_miss_rate;
         let threshold_s = threshold_text(threshold);
         let points: Vec<(String, Option<f64>)> = gate
             .iter()
@@ -234,10 +236,12 @@ async fn trends(
 
 /// `GET /weeks`.
 pub(crate) async fn list(State(state): State<AppState>) -> Result<HtmlTemplate<impl Template>, AppError> {
-    let weeks = state.session.weeks().await?;
-    let by_week = state.session.alerts_by_week(&state.thresholds).await?;
+    // Every part of the page reads one write generation (Session::pinned).
+    let session = state.session.pinned();
+    let weeks = session.weeks().await?;
+    let by_week = session.alerts_by_week(&state.thresholds).await?;
     let trends = trends(&state, &weeks, &by_week).await?;
-    let rows = week_rows(&weeks, &by_week, None, state.session.now_micros());
+    let rows = week_rows(&weeks, &by_week, None, session.now_micros());
     Ok(HtmlTemplate(WeeksPage {
         nav: "weeks",
         title: "Weeks",

@@ -553,19 +553,20 @@ fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
         .collect()
 }
 
-/// The snapshot of `ledger` at its current write generation, built once and shared: a table
+/// The snapshot of `ledger` at its current write generation (or the read's floor), built once and shared: a table
 /// asking while another builds it waits for that build instead of making its own.
 fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
     let mut guard = crate::engine::cache_lock::lock_or_reset(shared, || None);
     // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
-    // snapshot is never labelled newer than its rows.
-    let generation = ledger.generation();
+    // snapshot is never labelled newer than its rows. A pinned read ([`crate::engine::read_floor`])
+    // takes one at its floor or newer, and labels a new one with that floor.
+    let label = crate::engine::read_floor::floor_or(ledger.generation());
     if let Some((g, snap)) = guard.as_ref()
-        && *g == generation
+        && *g >= label
     {
         return Ok(snap.clone());
     }
     let snap = Arc::new(Snapshot::new(&attempts.columns(&COLUMNS)?)?);
-    *guard = Some((generation, snap.clone()));
+    *guard = Some((label, snap.clone()));
     Ok(snap)
 }
