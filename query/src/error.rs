@@ -42,6 +42,10 @@ pub enum Error {
     /// A scan's worker thread failed outside the ledger (a panic or a closed channel).
     #[error("internal: {0}")]
     Internal(String),
+
+    /// A streamed answer's reader took no batch for this long, so the statement was stopped.
+    #[error("the answer was stopped: its reader took nothing for {0:?}")]
+    ReaderStalled(std::time::Duration),
     /// The ledger failed.
     #[error(transparent)]
     Store(#[from] laneledger_store::Error),

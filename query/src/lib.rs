@@ -60,6 +60,6 @@ pub use review::findings::Finding;
 pub use review::gate_metrics::{GateReview, GateThresholds, GateWeek};
 pub use review::metrics::{AlertCheck, AlertState, Thresholds, WeekMetrics, WeekReview};
 pub use review::sections::{Group, Section, SectionPage, Summary, review_document, section_text};
-pub use session::output::{OutputFormat, format_result, text_cells, text_table};
-pub use session::{Cut, QueryResult, ResultLimits, Session, TABLES};
+pub use session::output::{OutputFormat, TextStream, format_result, text_cells, text_table};
+pub use session::{Cut, QueryResult, QueryStream, ResultLimits, Session, TABLES};
 pub use words::{format_count, format_ratio};

@@ -693,6 +693,16 @@ struct Job {
     open: Option<String>,
 }
 
+/// A ledger of `n` random jobs ([`new_jobs`]), with the generator and the jobs, to write more.
+fn random_ledger(seed: u64, n: usize) -> (tempfile::TempDir, Ledger, Rng, Vec<Job>) {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut jobs = Vec::new();
+    ingest(&ledger, &new_jobs(&mut rng, &mut jobs, n).join("\n"));
+    (dir, ledger, rng, jobs)
+}
+
 /// `n` new jobs with random ids, their attempts as NDJSON lines; one in ten ends open. One
 /// idem_key in eight is a held job's, so its artifacts may differ (a duplicate).
 fn new_jobs(rng: &mut Rng, jobs: &mut Vec<Job>, n: usize) -> Vec<String> {
@@ -797,11 +807,7 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
 /// builds from older columns is never taken for a newer generation's.
 #[tokio::test]
 async fn a_pinned_session_reads_one_generation_and_the_session_every_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(dir.path().join("t.redb")).unwrap();
-    let mut rng = Rng::new(0x5eed_0f_a_91a);
-    let mut jobs: Vec<Job> = Vec::new();
-    ingest(&ledger, &new_jobs(&mut rng, &mut jobs, 3_000).join("\n"));
+    let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x005e_ed0f_a91a, 3_000);
     let mut write = |n| ingest(&ledger, &new_jobs(&mut rng, &mut jobs, n).join("\n"));
     let fresh = || async { Session::new(ledger.clone()).await.unwrap() };
     let session = fresh().await;
@@ -865,4 +871,102 @@ async fn a_pinned_session_reads_one_generation_and_the_session_every_write() {
     let now = fresh().await;
     assert_eq!(derived(&session, week).await, derived(&now, week).await);
     assert_eq!(session.weeks().await.unwrap(), now.weeks().await.unwrap());
+}
+
+/// A streamed answer is the collected one, row for row, in batches as the plan makes them; a
+/// reader that takes nothing for longer than its patience gets, after the batches that waited
+/// for it, an error rather than a short answer that would pass for whole; a statement that is not
+/// read-only is refused before any batch.
+#[tokio::test]
+async fn a_streamed_answer_equals_the_collected_one_and_a_stalled_reader_gets_an_error() {
+    use futures::StreamExt;
+    use laneledger_query::Error;
+    use laneledger_query::session::STREAM_BATCHES;
+    use std::time::Duration;
+    let (_d, ledger) = common::ledger_from_drill(36_000, Policy::NoPin, 3);
+    let session = Session::new(ledger.clone()).await.unwrap();
+    let sql = "SELECT * FROM job_attempt ORDER BY job_id, attempt_no";
+    let whole = session.query(sql).await.unwrap();
+    let mut stream = session.query_stream(sql, Duration::from_secs(60)).await.unwrap();
+    let mut batches = Vec::new();
+    while let Some(b) = stream.next().await {
+        batches.push(b.unwrap());
+    }
+    assert!(batches.len() > STREAM_BATCHES + 1, "{} batches", batches.len());
+    let streamed = laneledger_query::QueryResult {
+        schema: stream.schema.clone(),
+        batches,
+    };
+    assert_eq!(text_rows(&streamed), text_rows(&whole));
+
+    let patience = Duration::from_millis(50);
+    let mut stalled = session.query_stream(sql, patience).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (mut rows, mut error) = (0, None);
+    while let Some(b) = stalled.next().await {
+        match b {
+            Ok(b) => rows += b.num_rows(),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(rows < whole.num_rows(), "{rows} of {}", whole.num_rows());
+    assert!(
+        matches!(error, Some(Error::ReaderStalled(d)) if d == patience),
+        "{error:?}"
+    );
+    assert!(stalled.next().await.is_none(), "the error is told once");
+
+    let refused = session.query_stream("DROP TABLE job_attempt", patience).await;
+    assert!(matches!(refused, Err(Error::ReadOnly(_))), "{:?}", refused.err());
+}
+
+/// `key_rest_violation` declares its rows sorted as the review's section orders them (key,
+/// start, job, attempt), so the section and its download merge the table's partitions instead of
+/// sorting every row: the rows a read in that order returns are in that order indeed (a false
+/// claim would come out of the merge unsorted), for every week and for the whole table.
+#[tokio::test]
+async fn key_rest_violations_come_in_the_sections_order_without_a_sort() {
+    use datafusion::arrow::array::{AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+    let (_dir, ledger, _, _) = random_ledger(0x6b65_795f_7265_7374, 20_000);
+    let session = Session::new(ledger.clone()).await.unwrap();
+    let order = "ORDER BY key_id, started_at, job_id, attempt_no";
+    for filter in [
+        "",
+        "WHERE iso_week = '2026-W45'",
+        "WHERE iso_week = '2026-W46'",
+        "WHERE iso_week = '2026-W47'",
+    ] {
+        let sql = format!("SELECT key_id, started_at, job_id, attempt_no FROM key_rest_violation {filter} {order}");
+        let explained = plan(&session, &sql).await;
+        assert!(!explained.contains("SortExec"), "{sql}: {explained}");
+        let result = session.query(&sql).await.unwrap();
+        let keys: Vec<(String, i64, String, i64)> = result
+            .batches
+            .iter()
+            .flat_map(|b: &RecordBatch| {
+                let key = b.column(0).as_string::<i32>();
+                let at = b.column(1).as_primitive::<TimestampMicrosecondType>();
+                let job = b.column(2).as_string::<i32>();
+                let no = b.column(3).as_primitive::<Int64Type>();
+                (0..b.num_rows())
+                    .map(|i| {
+                        (
+                            key.value(i).to_string(),
+                            at.value(i),
+                            job.value(i).to_string(),
+                            no.value(i),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(keys.len() > 1_000, "{sql}: {} rows", keys.len());
+        assert!(keys.is_sorted(), "{sql}: rows out of the declared order");
+        let count = rows(&session, &format!("SELECT COUNT(*) FROM key_rest_violation {filter}")).await;
+        assert_eq!(count, [[keys.len().to_string()]], "{sql}");
+    }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayData, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use futures::StreamExt;
@@ -454,6 +455,95 @@ impl Session {
             .run(move |stop| async move { run_statement(&ctx, pin, &sql, &stop, Some(limits)).await })
             .await
     }
+
+    /// Runs one statement, read-only as [`Session::query`], and hands its answer over batch by
+    /// batch as the plan makes them, with no cap on its size: for downloads of whole tables. At
+    /// most [`STREAM_BATCHES`] batches wait for the reader; a reader that takes none for
+    /// `patience` stops the statement, and so does dropping the stream.
+    ///
+    /// Errors: those of planning ([`Session::query`]'s); a failure while it runs ends the stream
+    /// with that error.
+    pub async fn query_stream(&self, sql: &str, patience: std::time::Duration) -> Result<QueryStream> {
+        check_size(sql)?;
+        let (ctx, pin) = (self.ctx.clone(), self.pin);
+        let sql = sql.to_string();
+        let (batches_tx, batches) = tokio::sync::mpsc::channel(STREAM_BATCHES);
+        let (schema_tx, schema) = tokio::sync::oneshot::channel();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let gave_up = stalled.clone();
+        let mut work = self.executor.run(move |stop| async move {
+            let (schema, mut stream) = match start_statement(&ctx, pin, &sql, &stop).await {
+                Ok(started) => started,
+                Err(e) => {
+                    let _ = schema_tx.send(Err(e));
+                    return Ok(());
+                }
+            };
+            let _ = schema_tx.send(Ok(schema));
+            while let Some(batch) = stream.next().await {
+                let failed = batch.is_err();
+                let batch = batch.map_err(Error::from);
+                match batches_tx.send_timeout(batch, patience).await {
+                    Err(tokio::sync::mpsc::error::SendTimeoutError::Timeout(_)) => {
+                        gave_up.store(true, std::sync::atomic::Ordering::Release);
+                        break;
+                    }
+                    Err(_) => break,
+                    Ok(()) if failed => break,
+                    Ok(()) => {}
+                }
+            }
+            Ok(())
+        });
+        match schema.await {
+            Ok(schema) => Ok(QueryStream {
+                schema: schema?,
+                batches,
+                stalled: Some((stalled, patience)),
+                _work: work,
+            }),
+            // The task ended without a word: it panicked (or the runtime is going).
+            Err(_) => {
+                (&mut work).await?;
+                Err(Error::Internal("the statement stopped before its answer began".into()))
+            }
+        }
+    }
+}
+
+/// Batches a [`QueryStream`] holds ready for its reader.
+pub const STREAM_BATCHES: usize = 4;
+
+/// The answer of [`Session::query_stream`]: its schema, then its batches as they come.
+/// Dropping it stops the statement.
+pub struct QueryStream {
+    /// The answer's schema.
+    pub schema: SchemaRef,
+    batches: tokio::sync::mpsc::Receiver<Result<RecordBatch>>,
+    /// Raised when the statement stopped because the reader took nothing for the patience given;
+    /// `None` once that was told.
+    stalled: Option<(Arc<AtomicBool>, std::time::Duration)>,
+    _work: crate::engine::executor::Running<()>,
+}
+
+impl futures::Stream for QueryStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.batches.poll_recv(cx) {
+            // The batches ran out early: an error, so the answer is not taken for whole.
+            std::task::Poll::Ready(None) => match self.stalled.take() {
+                Some((stalled, patience)) if stalled.load(std::sync::atomic::Ordering::Acquire) => {
+                    std::task::Poll::Ready(Some(Err(Error::ReaderStalled(patience))))
+                }
+                _ => std::task::Poll::Ready(None),
+            },
+            other => other,
+        }
+    }
 }
 
 /// The read of a table kept by job ([`crate::derived::kept`]) from the session's attempts.
@@ -486,16 +576,15 @@ fn check_size(sql: &str) -> Result<()> {
     Ok(())
 }
 
-/// Plans `sql` (refusing what is not read-only) and collects its answer, up to
-/// [`MAX_RESULT_BYTES`]; every operator of the plan stops once `stop` is up ([`crate::engine::stop`]).
-/// With a `pin`, the tables read at that floor ([`crate::engine::read_floor`]).
-async fn run_statement(
+/// Plans `sql` (refusing what is not read-only) and starts it: its answer's schema and stream of
+/// batches. Every operator of the plan stops once `stop` is up ([`crate::engine::stop`]); with a
+/// `pin`, the tables read at that floor ([`crate::engine::read_floor`]).
+async fn start_statement(
     ctx: &SessionContext,
     pin: Option<u64>,
     sql: &str,
     stop: &Arc<AtomicBool>,
-    limits: Option<ResultLimits>,
-) -> Result<(QueryResult, Option<Cut>)> {
+) -> Result<(SchemaRef, SendableRecordBatchStream)> {
     let mut state = ctx.state();
     if let Some(generation) = pin {
         state
@@ -527,7 +616,19 @@ async fn run_statement(
             as Arc<dyn datafusion::physical_plan::ExecutionPlan>,
         _ => plan,
     };
-    let mut stream = datafusion::physical_plan::execute_stream(plan, task)?;
+    Ok((schema, datafusion::physical_plan::execute_stream(plan, task)?))
+}
+
+/// Runs `sql` ([`start_statement`]) and collects its answer, up to [`MAX_RESULT_BYTES`], or
+/// `limits` with the answer cut there.
+async fn run_statement(
+    ctx: &SessionContext,
+    pin: Option<u64>,
+    sql: &str,
+    stop: &Arc<AtomicBool>,
+    limits: Option<ResultLimits>,
+) -> Result<(QueryResult, Option<Cut>)> {
+    let (schema, mut stream) = start_statement(ctx, pin, sql, stop).await?;
     let (mut batches, mut bytes, mut rows) = (Vec::new(), 0usize, 0usize);
     let mut seen = HashSet::new();
     let max_bytes = limits.map_or(MAX_RESULT_BYTES, |l| l.max_bytes);

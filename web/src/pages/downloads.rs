@@ -1,6 +1,9 @@
 //! Every table of the week page and of the weeks index as a file: CSV (RFC 4180 with a header
 //! row) or JSON (an array of objects), from the same query that fills the table on the page,
-//! formatted by [`laneledger_query::format_result`].
+//! formatted as [`laneledger_query::format_result`] does. The tables read by one statement (every
+//! week table but the sections computed in Rust, and the duplicates) are streamed batch by batch
+//! ([`laneledger_query::Session::query_stream`]), so a table larger than a query's answer may hold
+//! still downloads whole.
 //!
 //! - `GET /weeks/{week}/tables/{name}.csv` and `.json`: `drill` (the week and the one before it
 //!   in `weekly_metrics`), `daily` (attempts a day by lane and outcome), each audit section by
@@ -9,13 +12,14 @@
 //! - `GET /jobs/{job_id}/tables/attempts.csv` and `.json`: a job's attempts, through SQL.
 //! - `GET /duplicates/tables/duplicates.csv` and `.json`: the duplicates page's rows.
 
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use laneledger_query::review::gate_metrics::GATE_WEEKS_SQL;
 use laneledger_query::review::metrics::WEEKS_SQL;
-use laneledger_query::{OutputFormat, QueryResult, Session, format_result, text_table};
+use laneledger_query::{OutputFormat, QueryResult, Session, TextStream, format_result, text_table};
 
 use crate::error::{AppError, Error};
 use crate::pages::duplicates::DUPLICATES_SQL;
@@ -85,8 +89,12 @@ fn split_file(file: &str) -> Option<(&str, Format)> {
 /// The file as a response: its content type, and a download named `filename`.
 fn file_response(result: &QueryResult, format: Format, stem: &str) -> Result<Response, AppError> {
     let body = format_result(result, format.output()).map_err(Error::from)?;
+    Ok(with_file_headers(body.into_response(), format, stem))
+}
+
+/// `response` with the file's content type, as a download named `stem` and the format's extension.
+fn with_file_headers(mut response: Response, format: Format, stem: &str) -> Response {
     let disposition = format!("attachment; filename=\"{stem}.{}\"", format.extension());
-    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
     match HeaderValue::from_str(&disposition) {
@@ -95,12 +103,20 @@ fn file_response(result: &QueryResult, format: Format, stem: &str) -> Result<Res
         }
         Err(e) => tracing::warn!("content disposition {disposition:?}: {e}"),
     }
-    Ok(response)
+    response
 }
 
-/// The rows of the week page's table `name` for `week` (a week with data); `None` when the page
-/// has no such table.
-pub(crate) async fn week_table(session: &Session, week: &str, name: &str) -> Result<Option<QueryResult>, Error> {
+/// A table of the week page: computed by the query layer, or the SQL that reads it.
+pub(crate) enum WeekTable {
+    /// A section computed in Rust from several queries, as the page shows it.
+    Computed(QueryResult),
+    /// The statement whose answer is the table.
+    Sql(String),
+}
+
+/// The week page's table `name` for `week` (a week with data); `None` when the page has no such
+/// table.
+pub(crate) async fn week_table(session: &Session, week: &str, name: &str) -> Result<Option<WeekTable>, Error> {
     let sql = match name {
         "drill" => drill_sql(week),
         "daily" => crate::pages::daily::daily_sql(week),
@@ -111,12 +127,42 @@ pub(crate) async fn week_table(session: &Session, week: &str, name: &str) -> Res
                 return Ok(None);
             };
             if COMPUTED_SECTIONS.contains(&s.id) {
-                return Ok(Some(text_table(&s.columns, &s.rows)?));
+                return Ok(Some(WeekTable::Computed(text_table(&s.columns, &s.rows)?)));
             }
             s.sql
         }
     };
-    Ok(Some(session.query(&sql).await?))
+    Ok(Some(WeekTable::Sql(sql)))
+}
+
+/// The answer of `sql` as a download, streamed batch by batch as the statement makes it (a week's
+/// key rest violations can run to millions of rows, more than one answer may hold in memory). A
+/// failure before the first batch is an error page; one after it ends the transfer unfinished,
+/// so the client sees the file is cut. A client that reads nothing for `patience` stops it.
+async fn stream_file(
+    session: &Session,
+    sql: &str,
+    format: Format,
+    stem: &str,
+    patience: std::time::Duration,
+) -> Result<Response, AppError> {
+    use futures::StreamExt;
+    let mut answer = session.query_stream(sql, patience).await.map_err(Error::from)?;
+    let mut text = TextStream::new(format.output(), answer.schema.clone()).map_err(Error::from)?;
+    let first = match answer.next().await.transpose().map_err(Error::from)? {
+        Some(batch) => text.batch(&batch).map_err(Error::from)?,
+        None => Vec::new(),
+    };
+    let rest = futures::stream::unfold(Some((answer, text)), |state| async move {
+        let (mut answer, mut text) = state?;
+        Some(match answer.next().await {
+            Some(Ok(batch)) => (text.batch(&batch).map(Bytes::from), Some((answer, text))),
+            Some(Err(e)) => (Err(e), None),
+            None => (text.finish().map(Bytes::from), None),
+        })
+    });
+    let body = futures::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
+    Ok(with_file_headers(Body::from_stream(body).into_response(), format, stem))
 }
 
 /// `GET /weeks/{week}/tables/{file}`: a table of the week page as CSV or JSON; 400 for a bad
@@ -134,8 +180,10 @@ pub(crate) async fn week_file(
     };
     // A bad label is a 400, a week without data a 404, as for the page.
     session.review(Some(&week), &state.thresholds).await?;
+    let stem = format!("laneledger-{week}-{name}");
     match week_table(&session, &week, name).await? {
-        Some(result) => file_response(&result, format, &format!("laneledger-{week}-{name}")),
+        Some(WeekTable::Computed(result)) => file_response(&result, format, &stem),
+        Some(WeekTable::Sql(sql)) => stream_file(&session, &sql, format, &stem, state.options.request_timeout).await,
         None => Err(AppError::NoRoute(uri.path().to_string())),
     }
 }
@@ -217,8 +265,14 @@ pub(crate) async fn duplicates_file(
     let Some(("duplicates", format)) = split_file(&file) else {
         return Err(AppError::NoRoute(uri.path().to_string()));
     };
-    let result = state.session.query(DUPLICATES_SQL).await.map_err(Error::from)?;
-    file_response(&result, format, "laneledger-duplicates")
+    stream_file(
+        &state.session,
+        DUPLICATES_SQL,
+        format,
+        "laneledger-duplicates",
+        state.options.request_timeout,
+    )
+    .await
 }
 
 #[cfg(test)]
