@@ -685,8 +685,7 @@ impl Session {
         thresholds: &Thresholds,
     ) -> Result<(WeekReview, Vec<crate::Section>)> {
         // One pin for the whole review: its queries catch up with the writes once, not each.
-        let pinned = self.pinned();
-        let this = &pinned;
+        let this = &self.pinned();
         let attempts = this.attempts.clone();
         let read = this.read_at_floor(move || attempts.columns(&crate::tables::job_attempt::WIDE_COLUMNS));
         tokio::task::spawn_blocking(read)

@@ -32,46 +32,21 @@ pub fn format_result(result: &QueryResult, format: OutputFormat) -> Result<Strin
             };
             Ok(format!("{}\n", pretty_format_batches(&batches)?))
         }
-        OutputFormat::Csv => {
+        OutputFormat::Csv | OutputFormat::Json => {
+            let mut stream = TextStream::new(format, result.schema.clone())?;
             let mut buf = Vec::new();
-            {
-                let mut w = arrow::csv::WriterBuilder::new()
-                    .with_header(true)
-                    .with_line_terminator(arrow::csv::writer::Terminator::CRLF)
-                    .build(&mut buf);
-                if nonempty.is_empty() {
-                    w.write(&RecordBatch::new_empty(result.schema.clone()))?;
-                }
-                for b in &nonempty {
-                    w.write(b)?;
-                }
+            for b in &nonempty {
+                buf.extend(stream.batch(b)?);
             }
-            Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
-        }
-        OutputFormat::Json => {
-            let mut buf = Vec::new();
-            {
-                let mut w = arrow::json::WriterBuilder::new()
-                    .with_explicit_nulls(true)
-                    .build::<_, arrow::json::writer::JsonArray>(&mut buf);
-                for b in &nonempty {
-                    w.write(b)?;
-                }
-                w.finish()?;
-            }
-            if buf.is_empty() {
-                buf.extend_from_slice(b"[]");
-            }
-            buf.push(b'\n');
+            buf.extend(stream.finish()?);
             Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
         }
     }
 }
 
-/// [`format_result`]'s CSV or JSON made a batch at a time, for an answer streamed rather than
-/// held ([`crate::Session::query_stream`]): [`TextStream::batch`] for each batch, then
-/// [`TextStream::finish`]; the pieces joined are byte for byte what [`format_result`] gives for
-/// the same batches.
+/// CSV or JSON made a batch at a time, for an answer streamed rather than held
+/// ([`crate::Session::query_stream`]): [`TextStream::batch`] for each batch, then
+/// [`TextStream::finish`]. [`format_result`] joins the same pieces.
 #[derive(Debug)]
 pub struct TextStream {
     format: OutputFormat,
@@ -201,8 +176,8 @@ pub fn text_table(columns: &[String], rows: &[Vec<Option<String>>]) -> Result<Qu
 mod tests {
     use super::*;
 
-    /// The streamed text, batch by batch, is what [`format_result`] gives for the whole answer:
-    /// one batch, several (with empty ones among them), none; nulls, quotes and commas.
+    /// The streamed text, batch by batch, is what [`format_result`] gives for the whole answer in
+    /// one batch: one batch, several (with empty ones among them), none; nulls, quotes and commas.
     #[test]
     fn streamed_csv_and_json_equal_the_whole_answers() {
         use datafusion::arrow::array::Int64Array;
@@ -231,9 +206,10 @@ mod tests {
             vec![],
         ];
         for batches in answers {
+            // The answer as one batch: what the pieces joined must read as, however it was cut.
             let whole = QueryResult {
                 schema: schema.clone(),
-                batches: batches.clone(),
+                batches: vec![datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap()],
             };
             for format in [OutputFormat::Csv, OutputFormat::Json] {
                 let mut stream = TextStream::new(format, schema.clone()).unwrap();
