@@ -785,6 +785,15 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
                 }
             }
         }
+        // An attempt logged late, started a week before its job's others: the job's week moves,
+        // and with it every row naming the job.
+        let j = below(&mut rng, jobs.len() as u64) as usize;
+        let job = &mut jobs[j];
+        if job.open.is_none() {
+            job.attempts += 1;
+            let late = random_attempt(&mut rng, &job.id, &job.idem, job.attempts, job.start - 7 * 86_400);
+            lines.push(ended(&mut rng, &late, &job.idem, job.start - 7 * 86_400));
+        }
         // A line delivered again changes nothing.
         let done: Vec<&String> = first.iter().filter(|l| l.contains("ended_at")).collect();
         lines.push(done[below(&mut rng, done.len() as u64) as usize].clone());
@@ -969,4 +978,73 @@ async fn key_rest_violations_come_in_the_sections_order_without_a_sort() {
         let count = rows(&session, &format!("SELECT COUNT(*) FROM key_rest_violation {filter}")).await;
         assert_eq!(count, [[keys.len().to_string()]], "{sql}");
     }
+}
+
+/// `data_quality` kept by the writes equals the table built whole after each, and builds its
+/// artifacts reported twice again only when a write reports, `ok`, an artifact an `ok` attempt
+/// had reported, or touches a job those rows name.
+#[test]
+fn data_quality_builds_its_artifacts_reported_twice_again_only_for_a_write_that_changes_them() {
+    use laneledger_query::derived::audits::data_quality::{Kept, build};
+    use laneledger_query::tables::job_attempt::{AttemptCache, scan};
+    let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x0da7_a0a1, 3_000);
+    let cache = AttemptCache::new(ledger.clone());
+    let kept = Kept::new();
+    let check = |when: &str| {
+        for week in [None, Some("2026-W46"), Some("2026-W47")] {
+            let got = kept.rows(&ledger, &cache, week).unwrap();
+            let whole = build(&ledger, &scan(&ledger).unwrap(), week).unwrap();
+            assert_eq!(sorted_text(got), sorted_text(vec![whole]), "{when}, {week:?}");
+        }
+    };
+    check("at first");
+    assert_eq!(kept.twice_builds(), 1);
+    // New jobs, each attempt with an artifact of its own: nothing to build again.
+    let fresh: Vec<String> = new_jobs(&mut rng, &mut jobs, 20)
+        .into_iter()
+        .enumerate()
+        .map(|(n, l)| l.replace("\"artifact_id\":\"art-", &format!("\"artifact_id\":\"new-{n}-")))
+        .collect();
+    ingest(&ledger, &fresh.join("\n"));
+    check("after new jobs");
+    assert_eq!(kept.twice_builds(), 1);
+    // A new job reporting, ok, after every held attempt, an artifact an ok attempt of another
+    // job reported.
+    let held = ledger_rows(&ledger, "ok");
+    let (job, art) = held
+        .iter()
+        .find(|(_, a)| a.is_some())
+        .map(|(j, a)| (j.clone(), a.clone().unwrap()))
+        .unwrap();
+    ingest(
+        &ledger,
+        &format!(
+            r#"{{"job_id":"again-{job}","idem_key":"again","attempt_no":1,"lane":"paid","started_at":"2026-11-28T10:00:00Z","ended_at":"2026-11-28T10:00:05Z","outcome":"ok","tokens_in":3,"tokens_out":4,"artifact_id":"{art}"}}"#
+        ),
+    );
+    check("after an artifact reported again");
+    assert_eq!(kept.twice_builds(), 2);
+    // A retry of that job, with an artifact of its own: the job is named by a row, so its week
+    // may have moved.
+    ingest(
+        &ledger,
+        &format!(
+            r#"{{"job_id":"again-{job}","idem_key":"again","attempt_no":2,"lane":"paid","started_at":"2026-11-09T10:00:00Z","ended_at":"2026-11-09T10:00:05Z","outcome":"ok","tokens_in":3,"tokens_out":4,"artifact_id":"own-{job}"}}"#
+        ),
+    );
+    check("after the job's week moved");
+    assert_eq!(kept.twice_builds(), 3);
+}
+
+/// Each attempt's (job_id, artifact_id) whose outcome is `outcome`, in key order.
+fn ledger_rows(ledger: &Ledger, outcome: &str) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    ledger
+        .for_each_attempt(|a| {
+            if a.attempt.outcome.map(|o| o.as_str()) == Some(outcome) {
+                out.push((a.attempt.job_id, a.attempt.artifact_id));
+            }
+        })
+        .unwrap();
+    out
 }

@@ -754,8 +754,20 @@ impl AttemptCache {
         columns: &[usize],
         since: Option<Cursor>,
     ) -> Result<(Vec<RecordBatch>, Cursor, Option<Vec<StoredAttempt>>)> {
+        let (batches, _, cursor, changes) = self.chunks_since(columns, since)?;
+        Ok((batches, cursor, changes))
+    }
+
+    /// [`AttemptCache::columns_since`] with each batch's chunk id ([`AttemptCache::chunks`]), all
+    /// of one read: for a table kept partly by chunk and partly by the rows each write changed.
+    #[allow(clippy::type_complexity)]
+    pub fn chunks_since(
+        &self,
+        columns: &[usize],
+        since: Option<Cursor>,
+    ) -> Result<(Vec<RecordBatch>, Vec<u64>, Cursor, Option<Vec<StoredAttempt>>)> {
         let mut cached = crate::engine::cache_lock::lock_or_reset(&self.cached, Cached::default);
-        let (batches, _) = self.read(&mut cached, columns)?;
+        let (batches, ids) = self.read(&mut cached, columns)?;
         let cursor = Cursor {
             epoch: cached.epoch,
             rows: cached.log_dropped + cached.log.len(),
@@ -763,7 +775,7 @@ impl AttemptCache {
         let changes = since
             .filter(|s| s.epoch == cursor.epoch && (cached.log_dropped..=cursor.rows).contains(&s.rows))
             .map(|s| cached.log.iter().skip(s.rows - cached.log_dropped).cloned().collect());
-        Ok((batches, cursor, changes))
+        Ok((batches, ids, cursor, changes))
     }
 
     /// [`AttemptCache::chunks`] under the cache's lock.

@@ -30,10 +30,18 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use datafusion::common::HashMap;
 use laneledger_store::{Ledger, format_timestamp};
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use laneledger_store::StoredAttempt;
+
 use super::rows::{int, text};
 use crate::derived::job_week::{WeekCache, first_starts};
+use crate::derived::kept::ByJob;
 use crate::error::Result;
-use crate::tables::job_attempt::{self, AttemptCache};
+use crate::tables::job_attempt::{self, AttemptCache, Cursor};
 
 /// The table's name.
 pub const TABLE: &str = "data_quality";
@@ -160,25 +168,50 @@ type FirstReport<'b> = ((i64, usize, &'b str, i64), u32);
 /// The rows of `data_quality` from the attempts' [`COLUMNS`] (`attempts`, in (job_id,
 /// attempt_no) order) and the conflicts and rejects `ledger` keeps: every week's, or (`week`)
 /// one ISO week's. An artifact reported twice is measured against its first report in any week.
+/// Built whole: [`Kept`] gives the same rows kept up to date by the writes.
 pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> Result<RecordBatch> {
+    let mut out = job_findings(attempts, week)?;
+    out.extend(artifact_findings(attempts, week)?);
+    out.extend(received_findings(ledger, week)?);
+    to_batch(&out)
+}
+
+/// Each job's ISO week, in job order, as an index into the labels returned beside them.
+fn job_weeks<'a>(jobs: &[crate::derived::job_week::JobStart<'a>]) -> (Vec<u32>, Vec<String>) {
+    let mut cache = WeekCache::default();
+    let mut labels: Vec<String> = Vec::new();
+    let weeks = jobs
+        .iter()
+        .map(|j| {
+            let label = &cache.week(j.first_start).label;
+            match labels.iter().rposition(|l| l == label) {
+                Some(w) => w as u32,
+                None => {
+                    labels.push(label.clone());
+                    (labels.len() - 1) as u32
+                }
+            }
+        })
+        .collect();
+    (weeks, labels)
+}
+
+/// The findings each job's own attempts make (every kind but `artifact_reported_twice` and the
+/// received ones), job by job in job order: every week's, or (`week`) one ISO week's.
+fn job_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec<Finding>> {
     let cols = attempts.iter().map(Cols::of).collect::<Result<Vec<_>>>()?;
     let jobs = first_starts(attempts)?;
-    // Each job's ISO week, in job order.
-    let mut cache = WeekCache::default();
-    let job_weeks: Vec<String> = jobs.iter().map(|j| cache.week(j.first_start).label.clone()).collect();
+    let (job_weeks, labels) = job_weeks(&jobs);
     let in_week = |w: &str| week.is_none_or(|x| x == w);
 
     let mut out: Vec<Finding> = Vec::new();
-    // Pass 1, job by job: every check that needs only the job's own rows; and the artifacts
-    // reported in the weeks kept, which the artifact check below looks for.
-    let mut wanted: Option<datafusion::common::HashSet<&str>> = week.map(|_| Default::default());
     let (mut job, mut left, mut prev_no) = (0usize, 0usize, 0i64);
     // The fallback keys of the current job: (key, first attempt_no, attempts).
     let mut fallback: Vec<(&str, i64, u32)> = Vec::new();
     let flush = |out: &mut Vec<Finding>, fallback: &mut Vec<(&str, i64, u32)>, job: usize| {
         for (key, first, n) in fallback.drain(..) {
             out.push(Finding {
-                week: job_weeks[job].clone(),
+                week: labels[job_weeks[job] as usize].clone(),
                 kind: "fallback_idem_key",
                 job_id: Some(jobs[job].job_id.to_string()),
                 attempt_no: Some(first),
@@ -202,7 +235,7 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
             }
             left -= 1;
             let j = job - 1;
-            let w = &job_weeks[j];
+            let w = &labels[job_weeks[j] as usize];
             let no = c.attempt_no.value(i);
             if !in_week(w) {
                 prev_no = no;
@@ -284,15 +317,46 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
                     None => fallback.push((key, no, 1)),
                 }
             }
-            if let (Some(wanted), Some(art)) = (wanted.as_mut(), c.artifact(i)) {
-                wanted.insert(art);
-            }
         }
     }
     if job > 0 {
         flush(&mut out, &mut fallback, job - 1);
     }
+    Ok(out)
+}
 
+/// `artifact_reported_twice`: every `ok` attempt but the first to report an artifact_id other
+/// `ok` attempts reported too, in job order: every week's, or (`week`) one ISO week's. The first
+/// report of an artifact is looked for in every week.
+fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec<Finding>> {
+    let cols = attempts.iter().map(Cols::of).collect::<Result<Vec<_>>>()?;
+    let jobs = first_starts(attempts)?;
+    let (job_weeks, labels) = job_weeks(&jobs);
+    let in_week = |w: &str| week.is_none_or(|x| x == w);
+    let mut out: Vec<Finding> = Vec::new();
+    // The artifacts reported in the week asked for: the only ones whose first report is needed.
+    let wanted: Option<datafusion::common::HashSet<&str>> = match week {
+        None => None,
+        Some(_) => {
+            let mut wanted = datafusion::common::HashSet::default();
+            let (mut job, mut left) = (0usize, 0usize);
+            for c in &cols {
+                for i in 0..c.job_id.len() {
+                    if left == 0 {
+                        job += 1;
+                        left = jobs[job - 1].attempts;
+                    }
+                    left -= 1;
+                    if in_week(&labels[job_weeks[job - 1] as usize])
+                        && let Some(art) = c.artifact(i)
+                    {
+                        wanted.insert(art);
+                    }
+                }
+            }
+            Some(wanted)
+        }
+    };
     // Pass 2: each artifact's first `ok` report, over every week; pass 3: every later `ok`
     // report of one reported more than once, in the weeks kept. Only successes count: an
     // ambiguous attempt whose late completion carries the artifact its retry got back under the
@@ -326,7 +390,7 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
                 left = jobs[job - 1].attempts;
             }
             left -= 1;
-            let w = &job_weeks[job - 1];
+            let w = &labels[job_weeks[job - 1] as usize];
             if in_week(w)
                 && c.is_ok(i)
                 && let Some(art) = c.artifact(i)
@@ -350,7 +414,14 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
         }
     }
     drop(first);
+    Ok(out)
+}
 
+/// What was received: the conflicts and rejects `ledger` keeps, by the week they arrived in:
+/// every week's, or (`week`) one ISO week's.
+fn received_findings(ledger: &Ledger, week: Option<&str>) -> Result<Vec<Finding>> {
+    let in_week = |w: &str| week.is_none_or(|x| x == w);
+    let mut out: Vec<Finding> = Vec::new();
     // What was received: conflicts and rejects, by the week they arrived in.
     let received = |at: i64| crate::derived::job_week::iso_week_of(at);
     for (n, c) in ledger.conflicts()?.into_iter().enumerate() {
@@ -424,6 +495,11 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
         });
     }
 
+    Ok(out)
+}
+
+/// `findings` as one batch of the table's rows.
+fn to_batch(out: &[Finding]) -> Result<RecordBatch> {
     let columns = vec![
         text(out.iter().map(|f| Some(f.week.as_str()))),
         text(out.iter().map(|f| Some(f.kind))),
@@ -434,7 +510,145 @@ pub fn build(ledger: &Ledger, attempts: &[RecordBatch], week: Option<&str>) -> R
     Ok(RecordBatch::try_new(schema(), columns).map_err(datafusion::error::DataFusionError::from)?)
 }
 
-/// Reads the attempts' [`COLUMNS`] from `attempts` and builds the table ([`build`]).
-pub fn read(ledger: &Ledger, attempts: &AttemptCache, week: Option<&str>) -> Result<RecordBatch> {
-    build(ledger, &attempts.columns(&COLUMNS)?, week)
+/// `data_quality` kept up to date by the writes: row for row what [`build`] gives, in its order.
+/// The findings of each job's own attempts are kept by job ([`ByJob`]); the artifacts reported
+/// twice are built again only after a write that reports, `ok`, an artifact_id an `ok` attempt
+/// had reported already, or that touches a job one of those rows names (most writes report new
+/// artifacts: then nothing is built); the conflicts and rejects are read from the ledger at each
+/// read.
+pub struct Kept {
+    jobs: ByJob,
+    twice: Mutex<Option<Twice>>,
+    /// Builds of the artifacts reported twice from every attempt, so far.
+    twice_builds: AtomicU64,
+}
+
+/// Every week's `artifact_reported_twice` rows, with what tells whether a write changes them.
+struct Twice {
+    /// The attempt cache's columns the rows were built from.
+    cursor: Cursor,
+    hasher: RandomState,
+    /// The hash of every artifact_id an `ok` attempt reported. A hash a new report shares with an
+    /// other artifact only makes the rows be built again.
+    reported: HashSet<u64>,
+    /// The hash of every job_id the rows name: a write to such a job may move its week.
+    jobs: HashSet<u64>,
+    rows: RecordBatch,
+}
+
+impl Twice {
+    /// The rows of `attempts` (whole jobs, in job order), standing at `cursor`.
+    fn build(attempts: &[RecordBatch], cursor: Cursor) -> Result<Twice> {
+        let rows = artifact_findings(attempts, None)?;
+        let hasher = RandomState::new();
+        let jobs = rows
+            .iter()
+            .filter_map(|f| f.job_id.as_deref())
+            .map(|j| hasher.hash_one(j))
+            .collect();
+        let mut reported = HashSet::default();
+        for c in attempts.iter().map(Cols::of) {
+            let c = c?;
+            for i in 0..c.job_id.len() {
+                if c.is_ok(i)
+                    && let Some(art) = c.artifact(i)
+                {
+                    reported.insert(hasher.hash_one(art));
+                }
+            }
+        }
+        Ok(Twice {
+            cursor,
+            hasher,
+            reported,
+            jobs,
+            rows: to_batch(&rows)?,
+        })
+    }
+
+    /// Takes in the rows a write inserted or completed (in force, oldest first), when they leave
+    /// the table as it is; `false` when it must be built again. Set fields never change (the
+    /// write rules), so a row that was no `ok` report before either reports an artifact for the
+    /// first time, or reports one already reported.
+    fn fold(&mut self, changes: &[StoredAttempt]) -> bool {
+        for r in changes {
+            let a = &r.attempt;
+            if self.jobs.contains(&self.hasher.hash_one(a.job_id.as_str())) {
+                return false;
+            }
+            if a.outcome == Some(laneledger_store::Outcome::Ok)
+                && let Some(art) = &a.artifact_id
+                && !self.reported.insert(self.hasher.hash_one(art.as_str()))
+            {
+                // Reported before, by another attempt or by this one before the write (then its
+                // report's time may have moved).
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Default for Kept {
+    fn default() -> Self {
+        Kept::new()
+    }
+}
+
+impl Kept {
+    /// The table, nothing built yet.
+    pub fn new() -> Self {
+        Kept {
+            jobs: ByJob::new(
+                schema(),
+                &COLUMNS,
+                // job_id
+                2,
+                Arc::new(|batches: &[RecordBatch]| Ok(vec![to_batch(&job_findings(batches, None)?)?])),
+            ),
+            twice: Mutex::default(),
+            twice_builds: AtomicU64::new(0),
+        }
+    }
+
+    /// How many times the artifacts reported twice were built from every attempt.
+    pub fn twice_builds(&self) -> u64 {
+        self.twice_builds.load(Ordering::Relaxed)
+    }
+
+    /// The table at the attempt cache's columns now (at the read's floor or newer): every week's
+    /// rows, or (`week`) one ISO week's, in batches of at most [`job_attempt::BATCH_ROWS`] rows.
+    /// Errors: the cache's and the ledger's read errors.
+    pub fn rows(&self, ledger: &Ledger, attempts: &AttemptCache, week: Option<&str>) -> Result<Vec<RecordBatch>> {
+        let mut twice = crate::engine::cache_lock::lock_or_reset(&self.twice, || None);
+        let since = twice.as_ref().map(|t| t.cursor);
+        // One read for both parts, so that they see the same attempts.
+        let (chunks, ids, cursor, changes) = attempts.chunks_since(&COLUMNS, since)?;
+        let kept = match (twice.as_mut(), changes) {
+            (Some(t), Some(changes)) => t.fold(&changes),
+            _ => false,
+        };
+        match (kept, twice.as_mut()) {
+            (true, Some(t)) => t.cursor = cursor,
+            _ => {
+                self.twice_builds.fetch_add(1, Ordering::Relaxed);
+                *twice = Some(Twice::build(&chunks, cursor)?);
+            }
+        }
+        let mut out = self.jobs.rows_of(&chunks, &ids)?;
+        out.push(twice.as_ref().expect("just set").rows.clone());
+        drop(twice);
+        if let Some(w) = week {
+            out = crate::derived::kept::rows_where(&out, 0, w)?;
+        }
+        out.push(to_batch(&received_findings(ledger, week)?)?);
+        let mut batches = Vec::with_capacity(out.len());
+        for b in out.into_iter().filter(|b| b.num_rows() > 0) {
+            batches.extend(super::in_chunks(b)?);
+        }
+        if batches.is_empty() {
+            batches.push(RecordBatch::new_empty(schema()));
+        }
+        Ok(batches)
+    }
 }

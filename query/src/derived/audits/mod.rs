@@ -538,10 +538,10 @@ pub fn register(
         ctx.register_table(name, Arc::new(table))?;
     }
     // data_quality also reads the conflicts and rejects the ledger keeps.
-    let (all_attempts, week_attempts) = (attempts.clone(), attempts.clone());
-    let read: ReadFn = Arc::new(move |l: &Ledger| in_chunks(data_quality::read(l, &all_attempts, None)?));
-    let week_read: WeekReadFn =
-        Arc::new(move |l: &Ledger, week: &str| in_chunks(data_quality::read(l, &week_attempts, Some(week))?));
+    let kept = Arc::new(data_quality::Kept::new());
+    let (all, one, all_attempts, week_attempts) = (kept.clone(), kept, attempts.clone(), attempts.clone());
+    let read: ReadFn = Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None));
+    let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| one.rows(l, &week_attempts, Some(week)));
     let table = LedgerTable::new(data_quality::schema(), ledger.clone(), read).with_week_read(week_read);
     ctx.register_table(data_quality::TABLE, Arc::new(table))?;
     Ok(())
