@@ -657,7 +657,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
     let snap = audits::Snapshot::new(&all).unwrap();
     let settings = audits::AuditSettings::default();
     for a in audits::audit_tables() {
-        if a.kept != audits::Kept::ByJob {
+        if a.kept == audits::Kept::Whole {
             continue;
         }
         for (sql, w) in [
@@ -676,7 +676,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
 /// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
 fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
     let whole = built_whole(ledger, week);
-    assert_eq!(whole.len(), 13);
+    assert_eq!(whole.len(), 15);
     for (sql, rows) in whole {
         let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
         assert_eq!(kept, Some(&rows), "{when}: {sql}");
@@ -1047,4 +1047,64 @@ fn ledger_rows(ledger: &Ledger, outcome: &str) -> Vec<(String, Option<String>)> 
         })
         .unwrap();
     out
+}
+
+/// `key_rest_violation` kept by key equals, row for row and in order, the table built whole from
+/// a snapshot, and a write builds again only the keys of the jobs it wrote to.
+#[test]
+fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
+    use laneledger_query::derived::audits::{AuditSettings, Snapshot, key_rests::KeyRests, refusals};
+    use laneledger_query::tables::job_attempt::{AttemptCache, scan};
+    let (_dir, ledger, _rng, _jobs) = random_ledger(0x6e57_0001, 3_000);
+    let cache = AttemptCache::new(ledger.clone());
+    let kept = KeyRests::new(AuditSettings::default());
+    let text = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+        text_rows(&laneledger_query::QueryResult {
+            schema: refusals::key_rest_schema(),
+            batches,
+        })
+    };
+    let check = |when: &str| {
+        let snap = Snapshot::new(&scan(&ledger).unwrap()).unwrap();
+        for week in [None, Some("2026-W44"), Some("2026-W45"), Some("2026-W46")] {
+            let whole = refusals::key_rest_violation(&snap, &AuditSettings::default(), week).unwrap();
+            assert_eq!(
+                text(kept.rows(&cache, week).unwrap()),
+                text(vec![whole]),
+                "{when}, {week:?}"
+            );
+        }
+    };
+    check("at first");
+    assert_eq!(kept.key_builds(), 4, "k-a to k-d");
+    // A new job's one attempt, refused on k-a.
+    ingest(
+        &ledger,
+        r#"{"job_id":"solo","idem_key":"solo","attempt_no":1,"lane":"free","started_at":"2026-11-12T10:00:00Z","ended_at":"2026-11-12T10:00:01Z","outcome":"retryable","http_status":429,"key_id":"k-a","pool_id":"pool-1"}"#,
+    );
+    check("after a new job on k-a");
+    assert_eq!(kept.key_builds(), 5);
+    // A job with a use flagged on one key gets an attempt on another key, logged late and started
+    // a week before its others: its week moves, on the rows of both keys.
+    let flagged = text(kept.rows(&cache, None).unwrap());
+    let (job, key) = (flagged[0][3].clone(), flagged[0][1].clone());
+    let held = ledger.job_attempts(&job).unwrap();
+    let other = ["k-a", "k-b", "k-c", "k-d"].into_iter().find(|k| **k != key).unwrap();
+    let first = held.iter().map(|a| a.attempt.started_at).min().unwrap();
+    let no = held.iter().map(|a| a.attempt.attempt_no).max().unwrap() + 1;
+    let at = laneledger_store::format_timestamp(first - 7 * 86_400 * 1_000_000);
+    ingest(
+        &ledger,
+        &format!(
+            r#"{{"job_id":"{job}","idem_key":"late","attempt_no":{no},"lane":"paid","started_at":"{at}","outcome":"ok","http_status":200,"key_id":"{other}","pool_id":"pool-2"}}"#
+        ),
+    );
+    let keys: std::collections::BTreeSet<String> = ledger
+        .job_attempts(&job)
+        .unwrap()
+        .into_iter()
+        .filter_map(|a| a.attempt.key_id)
+        .collect();
+    check("after a late attempt moved a job's week");
+    assert_eq!(kept.key_builds(), 5 + keys.len() as u64, "the job's keys {keys:?}");
 }

@@ -15,6 +15,7 @@
 //! | `data_quality` | odd records: attempt number gaps, artifacts reported twice, cut streams, impossible times, conflicts, rejects, fallback keys ([`data_quality`]) |
 
 pub mod data_quality;
+pub mod key_rests;
 pub mod lane_policy;
 pub mod reconcile;
 pub mod refusals;
@@ -384,8 +385,11 @@ pub enum Kept {
     /// Each row comes from the attempts of one job alone: kept by job
     /// ([`crate::derived::kept`]), only the jobs near the written attempts are replayed again.
     ByJob,
-    /// Its rule reaches across jobs (a key's rests, a pool's windows, an idem_key's artifacts):
-    /// the asked week's rows are built again from a new [`Snapshot`] after each write.
+    /// Its rule reaches across jobs but not across keys (a key's rests): kept key by key, only
+    /// the keys a write touched are built again ([`key_rests`]).
+    ByKey,
+    /// Its rule reaches across jobs (a pool's windows, an idem_key's artifacts): the asked
+    /// week's rows are built again from a new [`Snapshot`] after each write.
     Whole,
 }
 
@@ -441,7 +445,7 @@ pub fn audit_tables() -> Vec<Audit> {
                 "key_rest_violation",
                 refusals::key_rest_schema(),
                 refusals::key_rest_violation,
-                Kept::Whole,
+                Kept::ByKey,
             )
         },
         audit(
@@ -514,6 +518,14 @@ pub fn register(
                     Arc::new(move |_: &Ledger, week: &str| {
                         crate::derived::kept::rows_where(&one.rows(&week_attempts)?, 0, week)
                     }),
+                )
+            }
+            Kept::ByKey => {
+                let table = Arc::new(key_rests::KeyRests::new(settings.clone()));
+                let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
+                (
+                    Arc::new(move |_: &Ledger| all.rows(&attempts, None)),
+                    Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
                 )
             }
             Kept::Whole => {

@@ -129,11 +129,11 @@ pub fn key_rest_schema() -> SchemaRef {
 
 /// A key's rest after a refusal.
 #[derive(Clone, Copy)]
-struct Rest {
+pub(super) struct Rest {
     /// When it ends, µs.
     until: i64,
     /// The refused attempt's row.
-    refused: u32,
+    pub(super) refused: u32,
     kind: ErrorKind,
     strikes: u32,
     rest_s: u32,
@@ -141,12 +141,12 @@ struct Rest {
 
 /// One use of a key: what the rest rules read of an attempt (rows are in (job_id, attempt_no)
 /// order, so `row` breaks ties as those two would).
-struct Use {
+pub(super) struct Use {
     /// When its answer arrived: ended_at, else started_at (µs).
-    end: i64,
-    started_at: i64,
-    row: u32,
-    kind: Option<ErrorKind>,
+    pub(super) end: i64,
+    pub(super) started_at: i64,
+    pub(super) row: u32,
+    pub(super) kind: Option<ErrorKind>,
 }
 
 /// A key used again while it rests after a transient refusal (seed 002 `cooldown_seconds`) or
@@ -183,109 +183,184 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>
     by_key.sort_unstable_by_key(|(k, _)| *k);
     let mut flagged: Vec<(u32, Rest)> = Vec::new();
     for (_, uses) in &mut by_key {
-        // The rests, in the order the answers arrived.
-        uses.sort_unstable_by_key(|u| (u.end, u.started_at, u.row));
-        let mut rests: Vec<(i64, Rest)> = Vec::new();
-        let mut strikes = 0u32;
-        for u in uses.iter() {
-            match u.kind {
-                Some(k @ (ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)) => {
-                    let rest_s = rest_seconds(k, strikes, s);
-                    rests.push((
-                        u.end,
-                        Rest {
-                            until: u.end + i64::from(rest_s) * 1_000_000,
-                            refused: u.row,
-                            kind: k,
-                            strikes,
-                            rest_s,
-                        },
-                    ));
-                    strikes = if k == ErrorKind::Transient {
-                        strikes.saturating_add(1)
-                    } else {
-                        0
-                    };
-                }
-                Some(ErrorKind::Ok) => strikes = 0,
-                _ => {}
+        flag_uses(uses, s, |row, r| {
+            if reported.keeps(row as usize) {
+                flagged.push((row, r));
             }
-        }
-        // Each use against the rest in force when it started: the one, among those already
-        // begun, that ends last.
-        uses.sort_unstable_by_key(|u| (u.started_at, u.row));
-        let mut next = 0;
-        let mut in_force: Option<Rest> = None;
-        for u in uses.iter() {
-            while next < rests.len() && rests[next].0 <= u.started_at {
-                let r = rests[next].1;
-                if in_force.is_none_or(|f| r.until > f.until) {
-                    in_force = Some(r);
-                }
-                next += 1;
-            }
-            if let Some(r) = in_force
-                && u.started_at < r.until
-                && r.refused != u.row
-                && reported.keeps(u.row as usize)
-            {
-                flagged.push((u.row, r));
-            }
-        }
+        });
     }
     // Built in one pass: a busy key pool can flag millions of uses.
-    let n = flagged.len();
-    let text = || StringBuilder::with_capacity(n, n * 8);
-    let (mut week, mut key_id, mut pool_id, mut job_id) = (text(), text(), text(), text());
-    let (mut rest, mut refused_job_id, mut refused_kind) = (text(), text(), text());
-    let int = || Int64Builder::with_capacity(n);
-    let (mut attempt_no, mut refused_attempt_no, mut strikes, mut rest_s) = (int(), int(), int(), int());
-    let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
-    let (mut started_at, mut rest_until) = (time(), time());
-    let mut early_s = Float64Builder::with_capacity(n);
+    let mut out = RestRows::with_capacity(flagged.len());
     for (row, r) in flagged {
         let (a, refused) = (snap.get(row as usize), snap.get(r.refused as usize));
-        week.append_value(snap.week(a.row));
-        key_id.append_option(a.key_id);
-        pool_id.append_option(a.pool_id);
-        job_id.append_value(a.job_id);
-        attempt_no.append_value(i64::from(a.attempt_no));
-        started_at.append_value(a.started_at);
-        rest.append_value(if r.kind == ErrorKind::Transient {
+        out.push(
+            snap.week(a.row),
+            Flagged {
+                key_id: a.key_id,
+                pool_id: a.pool_id,
+                job_id: a.job_id,
+                attempt_no: a.attempt_no,
+                started_at: a.started_at,
+            },
+            (refused.job_id, refused.attempt_no),
+            &r,
+        );
+    }
+    out.finish()
+}
+
+/// Walks one key's every use (any order) by the rest rules and calls `flagged` with each use
+/// started inside a rest and the rest it broke, in the order the uses started (then by row).
+pub(super) fn flag_uses(uses: &mut [Use], s: &AuditSettings, mut flagged: impl FnMut(u32, Rest)) {
+    // The rests, in the order the answers arrived.
+    uses.sort_unstable_by_key(|u| (u.end, u.started_at, u.row));
+    let mut rests: Vec<(i64, Rest)> = Vec::new();
+    let mut strikes = 0u32;
+    for u in uses.iter() {
+        match u.kind {
+            Some(k @ (ErrorKind::Transient | ErrorKind::Quota | ErrorKind::Auth)) => {
+                let rest_s = rest_seconds(k, strikes, s);
+                rests.push((
+                    u.end,
+                    Rest {
+                        until: u.end + i64::from(rest_s) * 1_000_000,
+                        refused: u.row,
+                        kind: k,
+                        strikes,
+                        rest_s,
+                    },
+                ));
+                strikes = if k == ErrorKind::Transient {
+                    strikes.saturating_add(1)
+                } else {
+                    0
+                };
+            }
+            Some(ErrorKind::Ok) => strikes = 0,
+            _ => {}
+        }
+    }
+    // Each use against the rest in force when it started: the one, among those already
+    // begun, that ends last.
+    uses.sort_unstable_by_key(|u| (u.started_at, u.row));
+    let mut next = 0;
+    let mut in_force: Option<Rest> = None;
+    for u in uses.iter() {
+        while next < rests.len() && rests[next].0 <= u.started_at {
+            let r = rests[next].1;
+            if in_force.is_none_or(|f| r.until > f.until) {
+                in_force = Some(r);
+            }
+            next += 1;
+        }
+        if let Some(r) = in_force
+            && u.started_at < r.until
+            && r.refused != u.row
+        {
+            flagged(u.row, r);
+        }
+    }
+}
+
+/// A flagged use, as its row of `key_rest_violation` names it.
+pub(super) struct Flagged<'a> {
+    pub(super) key_id: Option<&'a str>,
+    pub(super) pool_id: Option<&'a str>,
+    pub(super) job_id: &'a str,
+    pub(super) attempt_no: u32,
+    pub(super) started_at: i64,
+}
+
+/// `key_rest_violation` rows being built.
+pub(super) struct RestRows {
+    week: StringBuilder,
+    key_id: StringBuilder,
+    pool_id: StringBuilder,
+    job_id: StringBuilder,
+    attempt_no: Int64Builder,
+    started_at: TimestampMicrosecondBuilder,
+    rest: StringBuilder,
+    refused_job_id: StringBuilder,
+    refused_attempt_no: Int64Builder,
+    refused_kind: StringBuilder,
+    strikes: Int64Builder,
+    rest_s: Int64Builder,
+    rest_until: TimestampMicrosecondBuilder,
+    early_s: Float64Builder,
+}
+
+impl RestRows {
+    /// Room for `n` rows.
+    pub(super) fn with_capacity(n: usize) -> Self {
+        let text = || StringBuilder::with_capacity(n, n * 8);
+        let int = || Int64Builder::with_capacity(n);
+        let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+        RestRows {
+            week: text(),
+            key_id: text(),
+            pool_id: text(),
+            job_id: text(),
+            attempt_no: int(),
+            started_at: time(),
+            rest: text(),
+            refused_job_id: text(),
+            refused_attempt_no: int(),
+            refused_kind: text(),
+            strikes: int(),
+            rest_s: int(),
+            rest_until: time(),
+            early_s: Float64Builder::with_capacity(n),
+        }
+    }
+
+    /// The row of use `a`, of a job of ISO week `week`, inside rest `r` after the refusal of
+    /// attempt `refused` (job_id, attempt_no).
+    pub(super) fn push(&mut self, week: &str, a: Flagged<'_>, refused: (&str, u32), r: &Rest) {
+        self.week.append_value(week);
+        self.key_id.append_option(a.key_id);
+        self.pool_id.append_option(a.pool_id);
+        self.job_id.append_value(a.job_id);
+        self.attempt_no.append_value(i64::from(a.attempt_no));
+        self.started_at.append_value(a.started_at);
+        self.rest.append_value(if r.kind == ErrorKind::Transient {
             "rest"
         } else {
             "long break"
         });
-        refused_job_id.append_value(refused.job_id);
-        refused_attempt_no.append_value(i64::from(refused.attempt_no));
-        refused_kind.append_value(r.kind.as_str());
-        strikes.append_value(i64::from(r.strikes));
-        rest_s.append_value(i64::from(r.rest_s));
-        rest_until.append_value(r.until);
-        early_s.append_value((r.until - a.started_at) as f64 / 1e6);
+        self.refused_job_id.append_value(refused.0);
+        self.refused_attempt_no.append_value(i64::from(refused.1));
+        self.refused_kind.append_value(r.kind.as_str());
+        self.strikes.append_value(i64::from(r.strikes));
+        self.rest_s.append_value(i64::from(r.rest_s));
+        self.rest_until.append_value(r.until);
+        self.early_s.append_value((r.until - a.started_at) as f64 / 1e6);
     }
-    let done = |b: &mut StringBuilder| Arc::new(b.finish()) as ArrayRef;
-    let done_int = |b: &mut Int64Builder| Arc::new(b.finish()) as ArrayRef;
-    let done_ts = |b: &mut TimestampMicrosecondBuilder| Arc::new(b.finish()) as ArrayRef;
-    batch(
-        key_rest_schema(),
-        vec![
-            done(&mut week),
-            done(&mut key_id),
-            done(&mut pool_id),
-            done(&mut job_id),
-            done_int(&mut attempt_no),
-            done_ts(&mut started_at),
-            done(&mut rest),
-            done(&mut refused_job_id),
-            done_int(&mut refused_attempt_no),
-            done(&mut refused_kind),
-            done_int(&mut strikes),
-            done_int(&mut rest_s),
-            done_ts(&mut rest_until),
-            Arc::new(early_s.finish()),
-        ],
-    )
+
+    /// The rows, in the order pushed.
+    pub(super) fn finish(mut self) -> Result<RecordBatch> {
+        let done = |b: &mut StringBuilder| Arc::new(b.finish()) as ArrayRef;
+        let done_int = |b: &mut Int64Builder| Arc::new(b.finish()) as ArrayRef;
+        let done_ts = |b: &mut TimestampMicrosecondBuilder| Arc::new(b.finish()) as ArrayRef;
+        batch(
+            key_rest_schema(),
+            vec![
+                done(&mut self.week),
+                done(&mut self.key_id),
+                done(&mut self.pool_id),
+                done(&mut self.job_id),
+                done_int(&mut self.attempt_no),
+                done_ts(&mut self.started_at),
+                done(&mut self.rest),
+                done(&mut self.refused_job_id),
+                done_int(&mut self.refused_attempt_no),
+                done(&mut self.refused_kind),
+                done_int(&mut self.strikes),
+                done_int(&mut self.rest_s),
+                done_ts(&mut self.rest_until),
+                Arc::new(self.early_s.finish()),
+            ],
+        )
+    }
 }
 
 // ----- pool_overload_episode ----------------------------------------------------------------------
