@@ -676,7 +676,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
 /// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
 fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
     let whole = built_whole(ledger, week);
-    assert_eq!(whole.len(), 15);
+    assert_eq!(whole.len(), 17);
     for (sql, rows) in whole {
         let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
         assert_eq!(kept, Some(&rows), "{when}: {sql}");
@@ -1107,4 +1107,69 @@ fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
         .collect();
     check("after a late attempt moved a job's week");
     assert_eq!(kept.key_builds(), 5 + keys.len() as u64, "the job's keys {keys:?}");
+}
+
+/// `duplicate_reconciliation` kept by the writes equals, row for row and in order, the table built
+/// whole, and is built again only after a write that gives an idem_key a second artifact or
+/// touches a job its rows name.
+#[test]
+fn duplicate_reconciliation_is_built_again_only_when_a_key_gains_a_second_artifact() {
+    use laneledger_query::derived::audits::{AuditSettings, Snapshot, reconcile};
+    use laneledger_query::tables::job_attempt::{AttemptCache, scan};
+    let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x0ec0_0c11, 3_000);
+    let cache = AttemptCache::new(ledger.clone());
+    let kept = reconcile::Kept::new(AuditSettings::default());
+    let text = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+        text_rows(&laneledger_query::QueryResult {
+            schema: reconcile::schema(),
+            batches,
+        })
+    };
+    let check = |when: &str| {
+        let snap = Snapshot::new(&scan(&ledger).unwrap()).unwrap();
+        for week in [None, Some("2026-W45"), Some("2026-W46")] {
+            let whole = reconcile::build(&snap, &AuditSettings::default(), week).unwrap();
+            assert_eq!(
+                text(kept.rows(&cache, week).unwrap()),
+                text(vec![whole]),
+                "{when}, {week:?}"
+            );
+        }
+    };
+    check("at first");
+    assert_eq!(kept.builds(), 1);
+    // New jobs on keys of their own, every artifact of a key the same: no rows change.
+    let fresh: Vec<String> = new_jobs(&mut rng, &mut jobs, 20)
+        .into_iter()
+        .map(|l| l.replace("-0\"", "-1\""))
+        .collect();
+    let own: Vec<String> = fresh
+        .iter()
+        .filter(|l| {
+            let job = l.split("\"job_id\":\"").nth(1).unwrap().split('"').next().unwrap();
+            l.contains(&format!("\"idem_key\":\"i-{job}\""))
+        })
+        .cloned()
+        .collect();
+    assert!(!own.is_empty());
+    ingest(&ledger, &own.join("\n"));
+    check("after new jobs");
+    assert_eq!(kept.builds(), 1);
+    // A second artifact under one of those keys, which had one.
+    let with_artifact = own.iter().find(|l| l.contains("\"artifact_id\"")).unwrap();
+    let key = with_artifact
+        .split("\"idem_key\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    ingest(
+        &ledger,
+        &format!(
+            r#"{{"job_id":"second-{key}","idem_key":"{key}","attempt_no":1,"lane":"paid","started_at":"2026-11-20T10:00:00Z","ended_at":"2026-11-20T10:00:05Z","outcome":"ok","tokens_in":3,"tokens_out":4,"artifact_id":"second"}}"#
+        ),
+    );
+    check("after a second artifact");
+    assert_eq!(kept.builds(), 2);
 }

@@ -388,8 +388,12 @@ pub enum Kept {
     /// Its rule reaches across jobs but not across keys (a key's rests): kept key by key, only
     /// the keys a write touched are built again ([`key_rests`]).
     ByKey,
-    /// Its rule reaches across jobs (a pool's windows, an idem_key's artifacts): the asked
-    /// week's rows are built again from a new [`Snapshot`] after each write.
+    /// Its rule reaches across jobs but its rows come only from the idem_keys with two
+    /// artifacts or more: built again only after a write that gives a key a second artifact or
+    /// touches one of its rows ([`reconcile::Kept`]).
+    ByIdemKey,
+    /// Its rule reaches across jobs (a pool's windows): the asked week's rows are built again
+    /// from a new [`Snapshot`] after each write.
     Whole,
 }
 
@@ -430,7 +434,7 @@ pub fn audit_tables() -> Vec<Audit> {
             "duplicate_reconciliation",
             reconcile::schema(),
             reconcile::build,
-            Kept::Whole,
+            Kept::ByIdemKey,
         ),
         audit(
             "same_key_retry",
@@ -522,6 +526,14 @@ pub fn register(
             }
             Kept::ByKey => {
                 let table = Arc::new(key_rests::KeyRests::new(settings.clone()));
+                let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
+                (
+                    Arc::new(move |_: &Ledger| all.rows(&attempts, None)),
+                    Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
+                )
+            }
+            Kept::ByIdemKey => {
+                let table = Arc::new(reconcile::Kept::new(settings.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
                     Arc::new(move |_: &Ledger| all.rows(&attempts, None)),

@@ -151,3 +151,133 @@ pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<R
     ];
     Ok(RecordBatch::try_new(schema(), cols).map_err(datafusion::error::DataFusionError::from)?)
 }
+
+/// `duplicate_reconciliation` kept up to date by the writes: its rows come only from the
+/// idem_keys that hold two distinct artifacts or more, so a write is taken in without building
+/// anything when each row it inserted or completed either has no artifact, or holds the one
+/// artifact its idem_key had (or the key's first), on a key with no rows, of a job no row names
+/// (a late attempt can move its job's week). Otherwise, or after a retention sweep, a write too
+/// large to merge or a new process, every week's rows are built again. Row for row what
+/// [`build`] gives, in its order.
+pub struct Kept {
+    settings: AuditSettings,
+    state: std::sync::Mutex<Option<KeptRows>>,
+    /// Builds from every attempt so far.
+    builds: std::sync::atomic::AtomicU64,
+}
+
+/// Every week's rows, with what tells whether a write changes them.
+struct KeptRows {
+    cursor: crate::tables::job_attempt::Cursor,
+    hasher: std::hash::RandomState,
+    /// Each idem_key's first artifact, by their hashes (a hash two keys or artifacts share only
+    /// makes the rows be built again).
+    first: HashMap<u64, u64>,
+    /// The hashes of the idem_keys with rows, and of the jobs the rows name.
+    keys: HashSet<u64>,
+    jobs: HashSet<u64>,
+    rows: RecordBatch,
+}
+
+impl Kept {
+    /// The table under `settings`, nothing built yet.
+    pub fn new(settings: AuditSettings) -> Self {
+        Kept {
+            settings,
+            state: std::sync::Mutex::default(),
+            builds: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How many times the rows were built from every attempt.
+    pub fn builds(&self) -> u64 {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The table at the attempt cache's columns now (at the read's floor or newer): every week's
+    /// rows, or (`week`) one ISO week's. Errors: the cache's read errors.
+    pub fn rows(
+        &self,
+        attempts: &crate::tables::job_attempt::AttemptCache,
+        week: Option<&str>,
+    ) -> Result<Vec<RecordBatch>> {
+        use std::hash::BuildHasher;
+        let mut state = crate::engine::cache_lock::lock_or_reset(&self.state, || None);
+        let since = state.as_ref().map(|s| s.cursor);
+        let (columns, cursor, changes) = attempts.columns_since(&super::COLUMNS, since)?;
+        let kept = match (state.as_mut(), changes) {
+            (Some(held), Some(changes)) => held.fold(&changes),
+            _ => false,
+        };
+        match (kept, state.as_mut()) {
+            (true, Some(held)) => held.cursor = cursor,
+            _ => {
+                self.builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let snap = Snapshot::new(&columns)?;
+                let rows = build(&snap, &self.settings, None)?;
+                let hasher = std::hash::RandomState::new();
+                let mut first: HashMap<u64, u64> = HashMap::default();
+                for a in snap.iter() {
+                    if let Some(art) = a.artifact_id {
+                        first
+                            .entry(hasher.hash_one(a.idem_key))
+                            .or_insert_with(|| hasher.hash_one(art));
+                    }
+                }
+                let text = |c: usize| {
+                    use datafusion::arrow::array::AsArray;
+                    rows.column(c).as_string::<i32>().clone()
+                };
+                let (keys, jobs) = (text(1), text(3));
+                *state = Some(KeptRows {
+                    cursor,
+                    first,
+                    keys: keys.iter().flatten().map(|k| hasher.hash_one(k)).collect(),
+                    jobs: jobs.iter().flatten().map(|j| hasher.hash_one(j)).collect(),
+                    hasher,
+                    rows,
+                });
+            }
+        }
+        let rows = state.as_ref().expect("just set").rows.clone();
+        drop(state);
+        let out = match week {
+            None => vec![rows],
+            Some(w) => crate::derived::kept::rows_where(&[rows], 0, w)?,
+        };
+        let mut batches = Vec::with_capacity(out.len());
+        for b in out {
+            batches.extend(super::in_chunks(b)?);
+        }
+        if batches.is_empty() {
+            batches.push(RecordBatch::new_empty(schema()));
+        }
+        Ok(batches)
+    }
+}
+
+impl KeptRows {
+    /// Takes in the rows a write inserted or completed (in force, oldest first) when they leave
+    /// the table as it is; `false` when it must be built again. Set fields never change (the
+    /// write rules): a row's artifact is the one it had, or new.
+    fn fold(&mut self, changes: &[laneledger_store::StoredAttempt]) -> bool {
+        use std::hash::BuildHasher;
+        for r in changes {
+            let a = &r.attempt;
+            if self.jobs.contains(&self.hasher.hash_one(a.job_id.as_str())) {
+                return false;
+            }
+            let Some(art) = &a.artifact_id else { continue };
+            let key = self.hasher.hash_one(a.idem_key.as_str());
+            if self.keys.contains(&key) {
+                return false;
+            }
+            let art = self.hasher.hash_one(art.as_str());
+            if *self.first.entry(key).or_insert(art) != art {
+                // A second artifact under the key: it has rows now.
+                return false;
+            }
+        }
+        true
+    }
+}
