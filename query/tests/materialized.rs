@@ -657,9 +657,6 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
     let snap = audits::Snapshot::new(&all).unwrap();
     let settings = audits::AuditSettings::default();
     for a in audits::audit_tables() {
-        if a.kept == audits::Kept::Whole {
-            continue;
-        }
         for (sql, w) in [
             (format!("SELECT * FROM {}", a.name), None),
             (
@@ -676,7 +673,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
 /// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
 fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
     let whole = built_whole(ledger, week);
-    assert_eq!(whole.len(), 17);
+    assert_eq!(whole.len(), 19);
     for (sql, rows) in whole {
         let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
         assert_eq!(kept, Some(&rows), "{when}: {sql}");
@@ -1053,11 +1050,11 @@ fn ledger_rows(ledger: &Ledger, outcome: &str) -> Vec<(String, Option<String>)> 
 /// a snapshot, and a write builds again only the keys of the jobs it wrote to.
 #[test]
 fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
-    use laneledger_query::derived::audits::{AuditSettings, Snapshot, key_rests::KeyRests, refusals};
+    use laneledger_query::derived::audits::{AuditSettings, Snapshot, by_group::ByGroup, refusals};
     use laneledger_query::tables::job_attempt::{AttemptCache, scan};
     let (_dir, ledger, _rng, _jobs) = random_ledger(0x6e57_0001, 3_000);
     let cache = AttemptCache::new(ledger.clone());
-    let kept = KeyRests::new(AuditSettings::default());
+    let kept = ByGroup::key_rests(AuditSettings::default());
     let text = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
         text_rows(&laneledger_query::QueryResult {
             schema: refusals::key_rest_schema(),
@@ -1076,14 +1073,14 @@ fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
         }
     };
     check("at first");
-    assert_eq!(kept.key_builds(), 4, "k-a to k-d");
+    assert_eq!(kept.group_builds(), 4, "k-a to k-d");
     // A new job's one attempt, refused on k-a.
     ingest(
         &ledger,
         r#"{"job_id":"solo","idem_key":"solo","attempt_no":1,"lane":"free","started_at":"2026-11-12T10:00:00Z","ended_at":"2026-11-12T10:00:01Z","outcome":"retryable","http_status":429,"key_id":"k-a","pool_id":"pool-1"}"#,
     );
     check("after a new job on k-a");
-    assert_eq!(kept.key_builds(), 5);
+    assert_eq!(kept.group_builds(), 5);
     // A job with a use flagged on one key gets an attempt on another key, logged late and started
     // a week before its others: its week moves, on the rows of both keys.
     let flagged = text(kept.rows(&cache, None).unwrap());
@@ -1106,7 +1103,7 @@ fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
         .filter_map(|a| a.attempt.key_id)
         .collect();
     check("after a late attempt moved a job's week");
-    assert_eq!(kept.key_builds(), 5 + keys.len() as u64, "the job's keys {keys:?}");
+    assert_eq!(kept.group_builds(), 5 + keys.len() as u64, "the job's keys {keys:?}");
 }
 
 /// `duplicate_reconciliation` kept by the writes equals, row for row and in order, the table built
@@ -1172,4 +1169,61 @@ fn duplicate_reconciliation_is_built_again_only_when_a_key_gains_a_second_artifa
     );
     check("after a second artifact");
     assert_eq!(kept.builds(), 2);
+}
+
+/// `pool_overload_episode` kept by pool equals, row for row and in order, the table built whole
+/// from a snapshot, and a write builds again only the pools of the attempts it wrote.
+#[test]
+fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_touched() {
+    use laneledger_query::derived::audits::{AuditSettings, Snapshot, by_group::ByGroup, refusals};
+    use laneledger_query::tables::job_attempt::{AttemptCache, scan};
+    let (_dir, ledger, _rng, _jobs) = random_ledger(0x0090_01ed, 3_000);
+    let cache = AttemptCache::new(ledger.clone());
+    let kept = ByGroup::pool_episodes(AuditSettings::default());
+    let text = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+        text_rows(&laneledger_query::QueryResult {
+            schema: refusals::overload_schema(),
+            batches,
+        })
+    };
+    let check = |when: &str| {
+        let snap = Snapshot::new(&scan(&ledger).unwrap()).unwrap();
+        for week in [None, Some("2026-W45"), Some("2026-W46")] {
+            let whole = refusals::pool_overload_episode(&snap, &AuditSettings::default(), week).unwrap();
+            assert_eq!(
+                text(kept.rows(&cache, week).unwrap()),
+                text(vec![whole]),
+                "{when}, {week:?}"
+            );
+        }
+        assert!(!text(kept.rows(&cache, None).unwrap()).is_empty(), "{when}: episodes");
+    };
+    check("at first");
+    assert_eq!(kept.group_builds(), 2, "pool-1 and pool-2");
+    // Three keys of pool-1 overloaded inside a minute: a new episode, in pool-1 only.
+    let lines: Vec<String> = ["k-a", "k-b", "k-x"]
+        .iter()
+        .enumerate()
+        .map(|(n, key)| {
+            format!(
+                r#"{{"job_id":"burst-{n}","idem_key":"burst-{n}","attempt_no":1,"lane":"free","started_at":"2026-11-25T10:00:0{n}Z","ended_at":"2026-11-25T10:00:1{n}Z","outcome":"retryable","http_status":429,"provider_code":1305,"key_id":"{key}","pool_id":"pool-1"}}"#
+            )
+        })
+        .collect();
+    ingest(&ledger, &lines.join("\n"));
+    check("after a burst in pool-1");
+    assert_eq!(kept.group_builds(), 3);
+    let rows = text(kept.rows(&cache, Some("2026-W48")).unwrap());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        &rows[0][..6],
+        [
+            "2026-W48",
+            "pool-1",
+            "2026-11-25T10:00:10Z",
+            "2026-11-25T10:00:12Z",
+            "3",
+            "3"
+        ]
+    );
 }

@@ -14,15 +14,15 @@
 //! | `refusal_by_kind`, `refusal_by_code`, `free_lane_bet` | SQL views, see [`views`] |
 //! | `data_quality` | odd records: attempt number gaps, artifacts reported twice, cut streams, impossible times, conflicts, rejects, fallback keys ([`data_quality`]) |
 
+pub mod by_group;
 pub mod data_quality;
-pub mod key_rests;
 pub mod lane_policy;
 pub mod reconcile;
 pub mod refusals;
 mod rows;
 pub mod views;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef, TimestampMicrosecondType};
@@ -373,9 +373,6 @@ impl WeekRows<'_> {
     }
 }
 
-/// The last snapshot read, under the ledger write generation it was read at.
-type SharedSnapshot = Mutex<Option<(u64, Arc<Snapshot>)>>;
-
 /// Builds one audit table from a snapshot: every week's rows, or (`Some(week)`) one ISO week's.
 type AuditFn = fn(&Snapshot, &AuditSettings, Option<&str>) -> Result<RecordBatch>;
 
@@ -386,15 +383,15 @@ pub enum Kept {
     /// ([`crate::derived::kept`]), only the jobs near the written attempts are replayed again.
     ByJob,
     /// Its rule reaches across jobs but not across keys (a key's rests): kept key by key, only
-    /// the keys a write touched are built again ([`key_rests`]).
+    /// the keys a write touched are built again ([`by_group::ByGroup::key_rests`]).
     ByKey,
+    /// Its rule reaches across jobs but not across pools (a pool's overload windows): kept pool
+    /// by pool, only the pools a write touched are built again ([`by_group::ByGroup::pool_episodes`]).
+    ByPool,
     /// Its rule reaches across jobs but its rows come only from the idem_keys with two
     /// artifacts or more: built again only after a write that gives a key a second artifact or
     /// touches one of its rows ([`reconcile::Kept`]).
     ByIdemKey,
-    /// Its rule reaches across jobs (a pool's windows): the asked week's rows are built again
-    /// from a new [`Snapshot`] after each write.
-    Whole,
 }
 
 /// One audit table: its name, schema, builder, and how it is kept.
@@ -456,7 +453,7 @@ pub fn audit_tables() -> Vec<Audit> {
             "pool_overload_episode",
             refusals::overload_schema(),
             refusals::pool_overload_episode,
-            Kept::Whole,
+            Kept::ByPool,
         ),
         audit(
             "attempt_bound_exceeded",
@@ -484,17 +481,14 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
 /// Registers every audit table in `ctx`, each built from `attempts` (the session's cached
 /// `job_attempt` columns) and brought up to date after every write as its [`Kept`] says.
 ///
-/// The tables built whole share one [`Snapshot`] per ledger write generation, so the rows are
-/// walked into jobs and weeks once for all of them, not once per table. A query that fixes
-/// `iso_week` to one value (as every review section does) builds only that week's rows of those;
-/// a table kept by job keeps every week's rows and hands out the week's.
+/// Each table keeps every week's rows and hands out the week a query fixes `iso_week` to (as every
+/// review section does).
 pub fn register(
     ctx: &SessionContext,
     ledger: &Ledger,
     attempts: &Arc<AttemptCache>,
     settings: &AuditSettings,
 ) -> Result<()> {
-    let shared: Arc<SharedSnapshot> = Arc::default();
     for Audit {
         name,
         schema,
@@ -525,7 +519,15 @@ pub fn register(
                 )
             }
             Kept::ByKey => {
-                let table = Arc::new(key_rests::KeyRests::new(settings.clone()));
+                let table = Arc::new(by_group::ByGroup::key_rests(settings.clone()));
+                let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
+                (
+                    Arc::new(move |_: &Ledger| all.rows(&attempts, None)),
+                    Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
+                )
+            }
+            Kept::ByPool => {
+                let table = Arc::new(by_group::ByGroup::pool_episodes(settings.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
                     Arc::new(move |_: &Ledger| all.rows(&attempts, None)),
@@ -538,21 +540,6 @@ pub fn register(
                 (
                     Arc::new(move |_: &Ledger| all.rows(&attempts, None)),
                     Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
-                )
-            }
-            Kept::Whole => {
-                let (settings, shared, attempts) = (settings.clone(), shared.clone(), attempts.clone());
-                let (week_settings, week_shared, week_attempts) = (settings.clone(), shared.clone(), attempts.clone());
-                (
-                    Arc::new(move |l: &Ledger| {
-                        let snap = snapshot(l, &attempts, &shared)?;
-                        in_chunks(build(&snap, &settings, None)?)
-                    }),
-                    // The review asks each audit for one week: only that week's rows are built.
-                    Arc::new(move |l: &Ledger, week: &str| {
-                        let snap = snapshot(l, &week_attempts, &week_shared)?;
-                        in_chunks(build(&snap, &week_settings, Some(week))?)
-                    }),
                 )
             }
         };
@@ -588,22 +575,4 @@ fn in_chunks(batch: RecordBatch) -> Result<Vec<RecordBatch>> {
                 .map_err(datafusion::error::DataFusionError::from)?)
         })
         .collect()
-}
-
-/// The snapshot of `ledger` at its current write generation (or the read's floor), built once and shared: a table
-/// asking while another builds it waits for that build instead of making its own.
-fn snapshot(ledger: &Ledger, attempts: &AttemptCache, shared: &SharedSnapshot) -> Result<Arc<Snapshot>> {
-    let mut guard = crate::engine::cache_lock::lock_or_reset(shared, || None);
-    // The generation is taken before the read: a write landing meanwhile bumps it, so a cached
-    // snapshot is never labelled newer than its rows. A pinned read ([`crate::engine::read_floor`])
-    // takes one at its floor or newer, and labels a new one with that floor.
-    let label = crate::engine::read_floor::floor_or(ledger.generation());
-    if let Some((g, snap)) = guard.as_ref()
-        && *g >= label
-    {
-        return Ok(snap.clone());
-    }
-    let snap = Arc::new(Snapshot::new(&attempts.columns(&COLUMNS)?)?);
-    *guard = Some((label, snap.clone()));
-    Ok(snap)
 }

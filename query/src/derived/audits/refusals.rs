@@ -424,61 +424,68 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
             }
         }
     }
+    let mut out: Vec<Episode> = Vec::new();
+    for (pool, ev) in events {
+        let pool_size = pool_keys.get(pool).map_or(0, HashSet::len);
+        out.extend(pool_episodes(pool, ev, pool_size, s));
+    }
+    out
+}
+
+/// The episodes of one pool of `pool_size` distinct keys, from its 1305 refusals `ev` (when the
+/// answer arrived, µs; the key), any order: in time order.
+pub(super) fn pool_episodes(pool: &str, mut ev: Vec<(i64, &str)>, pool_size: usize, s: &AuditSettings) -> Vec<Episode> {
     let window = i64::from(s.overload_window_s) * 1_000_000;
     let mut out: Vec<Episode> = Vec::new();
-    for (pool, mut ev) in events {
-        ev.sort();
-        let pool_size = pool_keys.get(pool).map_or(0, HashSet::len);
-        let first_episode = out.len();
-        // The 1305s of the last `window`, by key: a sliding count, not a set rebuilt per event.
-        let mut in_window: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut lo = 0;
-        let mut open: Option<Episode> = None;
-        for hi in 0..ev.len() {
-            *in_window.entry(ev[hi].1).or_default() += 1;
-            while ev[hi].0 - ev[lo].0 > window {
-                if let Some(n) = in_window.get_mut(ev[lo].1) {
-                    *n -= 1;
-                    if *n == 0 {
-                        in_window.remove(ev[lo].1);
-                    }
+    ev.sort();
+    // The 1305s of the last `window`, by key: a sliding count, not a set rebuilt per event.
+    let mut in_window: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut lo = 0;
+    let mut open: Option<Episode> = None;
+    for hi in 0..ev.len() {
+        *in_window.entry(ev[hi].1).or_default() += 1;
+        while ev[hi].0 - ev[lo].0 > window {
+            if let Some(n) = in_window.get_mut(ev[lo].1) {
+                *n -= 1;
+                if *n == 0 {
+                    in_window.remove(ev[lo].1);
                 }
-                lo += 1;
             }
-            if !overloaded(in_window.len(), pool_size, s) {
-                continue;
+            lo += 1;
+        }
+        if !overloaded(in_window.len(), pool_size, s) {
+            continue;
+        }
+        match &mut open {
+            Some(e) if ev[lo].0 <= e.end => {
+                e.end = ev[hi].0;
+                for k in in_window.keys() {
+                    if !e.keys.contains(*k) {
+                        e.keys.insert(k.to_string());
+                    }
+                }
             }
-            match &mut open {
-                Some(e) if ev[lo].0 <= e.end => {
-                    e.end = ev[hi].0;
-                    for k in in_window.keys() {
-                        if !e.keys.contains(*k) {
-                            e.keys.insert(k.to_string());
-                        }
-                    }
+            _ => {
+                if let Some(done) = open.take() {
+                    out.push(done);
                 }
-                _ => {
-                    if let Some(done) = open.take() {
-                        out.push(done);
-                    }
-                    open = Some(Episode {
-                        pool_id: pool.to_string(),
-                        start: ev[lo].0,
-                        end: ev[hi].0,
-                        refusals: 0,
-                        keys: in_window.keys().map(|k| k.to_string()).collect(),
-                        pool_size,
-                    });
-                }
+                open = Some(Episode {
+                    pool_id: pool.to_string(),
+                    start: ev[lo].0,
+                    end: ev[hi].0,
+                    refusals: 0,
+                    keys: in_window.keys().map(|k| k.to_string()).collect(),
+                    pool_size,
+                });
             }
         }
-        out.extend(open);
-        // The 1305s from each episode's start to its end: two binary searches in the sorted times.
-        for e in &mut out[first_episode..] {
-            let from = ev.partition_point(|x| x.0 < e.start);
-            let to = ev.partition_point(|x| x.0 <= e.end);
-            e.refusals = to - from;
-        }
+    }
+    out.extend(open);
+    // The 1305s from each episode's start to its end: two binary searches in the sorted times.
+    for e in &mut out {
+        let from = ev.partition_point(|x| x.0 < e.start);
+        let to = ev.partition_point(|x| x.0 <= e.end);
+        e.refusals = to - from;
     }
     out
 }
@@ -486,7 +493,12 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
 /// The rows of `pool_overload_episode`: every week's, or (`week`) the episodes that start in that
 /// ISO week (found from every week's refusals, so an episode is the same either way).
 pub fn pool_overload_episode(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
-    let (e, weeks): (Vec<Episode>, Vec<String>) = episodes(snap, s)
+    episode_rows(episodes(snap, s), s, week)
+}
+
+/// The rows of `episodes`: every one, or (`week`) those that start in that ISO week.
+pub(super) fn episode_rows(episodes: Vec<Episode>, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
+    let (e, weeks): (Vec<Episode>, Vec<String>) = episodes
         .into_iter()
         .map(|x| {
             let w = super::iso_week_of(x.start);
