@@ -1,13 +1,13 @@
 //! Audit tables kept by group: a rule that reaches across jobs but never across its groups keeps
 //! each group's rows, and a write builds again only the groups it touched.
 //!
-//! - `key_rest_violation` by key ([`ByGroup::key_rests`]): a key's rests follow its every use, whatever job
-//!   made it. A write touches the keys of every attempt of each job it inserted or completed an
-//!   attempt of (a late attempt can move its job's ISO week, which every row naming the job
-//!   carries).
-//! - `pool_overload_episode` by pool ([`ByGroup::pool_episodes`]): a pool's episodes come from its keys'
-//!   1305 refusals and its count of keys. An episode's week is the week it starts, so a write
-//!   touches only the pools of the attempts it inserted or completed.
+//! - `key_rest_violation` by key ([`ByGroup::key_rests`]): a key's rests follow its every use,
+//!   whatever job made it. A write touches the keys of every attempt of each job it inserted or
+//!   completed an attempt of (a late attempt can move its job's ISO week, which every row naming
+//!   the job carries).
+//! - `pool_overload_episode` by pool ([`ByGroup::pool_episodes`]): a pool's episodes come from its
+//!   keys' 1305 refusals and its count of keys. An episode's week is the week it starts, so a
+//!   write touches only the pools of the attempts it inserted or completed.
 //!
 //! Each chunk of the attempt cache is indexed by group once (kept under the chunk's id, as
 //! [`crate::derived::kept::ByJob`] keeps rows), so a group's rows are gathered without reading
