@@ -24,7 +24,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
-use super::refusals::{Flagged, RestRows, Use, flag_uses};
+use super::refusals::{RestRows, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
 use crate::derived::job_week::WeekCache;
 use crate::error::Result;
@@ -197,10 +197,7 @@ impl ByGroup {
             }
         }
         *state = Some(now);
-        if out.is_empty() {
-            out.push(RecordBatch::new_empty(self.rule.schema()));
-        }
-        Ok(out)
+        super::handed_out(out, self.rule.schema())
     }
 
     /// Builds the rows of `groups` (every group when `None`) into `state.rows` from `chunks`
@@ -282,13 +279,7 @@ impl GroupRule for KeyRule {
             let a = c.get(i, row as usize);
             out.push(
                 &weeks.week(first).label,
-                Flagged {
-                    key_id: a.key_id,
-                    pool_id: a.pool_id,
-                    job_id: a.job_id,
-                    attempt_no: a.attempt_no,
-                    started_at: a.started_at,
-                },
+                &a,
                 (rc.job_id.value(ri), rc.attempt_no.value(ri) as u32),
                 &r,
             );

@@ -332,31 +332,30 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
     let cols = attempts.iter().map(Cols::of).collect::<Result<Vec<_>>>()?;
     let jobs = first_starts(attempts)?;
     let (job_weeks, labels) = job_weeks(&jobs);
-    let in_week = |w: &str| week.is_none_or(|x| x == w);
+    // Each row's job's week, in row order.
+    let row_weeks: Vec<u32> = jobs
+        .iter()
+        .zip(&job_weeks)
+        .flat_map(|(j, &w)| std::iter::repeat_n(w, j.attempts))
+        .collect();
+    let in_week = |row: usize| week.is_none_or(|x| x == labels[row_weeks[row] as usize]);
     let mut out: Vec<Finding> = Vec::new();
     // The artifacts reported in the week asked for: the only ones whose first report is needed.
-    let wanted: Option<datafusion::common::HashSet<&str>> = match week {
-        None => None,
-        Some(_) => {
-            let mut wanted = datafusion::common::HashSet::default();
-            let (mut job, mut left) = (0usize, 0usize);
-            for c in &cols {
-                for i in 0..c.job_id.len() {
-                    if left == 0 {
-                        job += 1;
-                        left = jobs[job - 1].attempts;
-                    }
-                    left -= 1;
-                    if in_week(&labels[job_weeks[job - 1] as usize])
-                        && let Some(art) = c.artifact(i)
-                    {
-                        wanted.insert(art);
-                    }
+    let wanted: Option<datafusion::common::HashSet<&str>> = week.map(|_| {
+        let mut wanted = datafusion::common::HashSet::default();
+        let mut row = 0usize;
+        for c in &cols {
+            for i in 0..c.job_id.len() {
+                if in_week(row)
+                    && let Some(art) = c.artifact(i)
+                {
+                    wanted.insert(art);
                 }
+                row += 1;
             }
-            Some(wanted)
         }
-    };
+        wanted
+    });
     // Pass 2: each artifact's first `ok` report, over every week; pass 3: every later `ok`
     // report of one reported more than once, in the weeks kept. Only successes count: an
     // ambiguous attempt whose late completion carries the artifact its retry got back under the
@@ -382,16 +381,10 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
         }
     }
 
-    let (mut row, mut job, mut left) = (0usize, 0usize, 0usize);
+    let mut row = 0usize;
     for c in &cols {
         for i in 0..c.job_id.len() {
-            if left == 0 {
-                job += 1;
-                left = jobs[job - 1].attempts;
-            }
-            left -= 1;
-            let w = &labels[job_weeks[job - 1] as usize];
-            if in_week(w)
+            if in_week(row)
                 && c.is_ok(i)
                 && let Some(art) = c.artifact(i)
                 && let Some(((_, first_row, first_job, first_no), n)) = first.get(art)
@@ -400,7 +393,7 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
             {
                 let tokens = Cols::int(c.tokens_in, i).unwrap_or(0) + Cols::int(c.tokens_out, i).unwrap_or(0);
                 out.push(Finding {
-                    week: w.clone(),
+                    week: labels[row_weeks[row] as usize].clone(),
                     kind: "artifact_reported_twice",
                     job_id: Some(c.job_id.value(i).to_string()),
                     attempt_no: Some(c.attempt_no.value(i)),
@@ -642,13 +635,6 @@ impl Kept {
             out = crate::derived::kept::rows_where(&out, 0, w)?;
         }
         out.push(to_batch(&received_findings(ledger, week)?)?);
-        let mut batches = Vec::with_capacity(out.len());
-        for b in out.into_iter().filter(|b| b.num_rows() > 0) {
-            batches.extend(super::in_chunks(b)?);
-        }
-        if batches.is_empty() {
-            batches.push(RecordBatch::new_empty(schema()));
-        }
-        Ok(batches)
+        super::handed_out(out, schema())
     }
 }

@@ -558,6 +558,19 @@ pub fn register(
     Ok(())
 }
 
+/// A kept table's `rows` as it hands them out: the non-empty batches cut by [`in_chunks`], or one
+/// empty batch of `schema` when there are none.
+fn handed_out(rows: Vec<RecordBatch>, schema: SchemaRef) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::with_capacity(rows.len());
+    for b in rows.into_iter().filter(|b| b.num_rows() > 0) {
+        batches.extend(in_chunks(b)?);
+    }
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    Ok(batches)
+}
+
 /// `batch` as batches of at most [`job_attempt::BATCH_ROWS`] rows, each with buffers of its own.
 ///
 /// A busy week can flag millions of key uses; handed to DataFusion as one batch, the operators

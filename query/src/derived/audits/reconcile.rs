@@ -245,14 +245,7 @@ impl Kept {
             None => vec![rows],
             Some(w) => crate::derived::kept::rows_where(&[rows], 0, w)?,
         };
-        let mut batches = Vec::with_capacity(out.len());
-        for b in out {
-            batches.extend(super::in_chunks(b)?);
-        }
-        if batches.is_empty() {
-            batches.push(RecordBatch::new_empty(schema()));
-        }
-        Ok(batches)
+        super::handed_out(out, schema())
     }
 }
 
