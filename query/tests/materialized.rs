@@ -598,6 +598,7 @@ async fn derived(session: &Session, week: &str) -> Vec<(String, Vec<Vec<String>>
         "week_rollup",
         "idem_artifacts",
         "data_quality",
+        "week_attempt",
     ];
     let audits = laneledger_query::derived::audits::audit_tables();
     tables.extend(audits.iter().map(|a| a.name));
@@ -644,6 +645,23 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
             sorted_text(week_rollup::week_rollup(&all).unwrap()),
         ),
     ];
+    // week_attempt: each attempt with its job's week in front.
+    let weeks: std::collections::HashMap<String, String> = sorted_text(job_week::job_weeks(&all).unwrap())
+        .into_iter()
+        .map(|r| (r[0].clone(), r[2].clone()))
+        .collect();
+    let attempts = text_rows(&laneledger_query::QueryResult {
+        schema: all[0].schema(),
+        batches: all.clone(),
+    });
+    let mut with_week: Vec<Vec<String>> = attempts
+        .into_iter()
+        .map(|r| std::iter::once(weeks[&r[0]].clone()).chain(r).collect())
+        .collect();
+    with_week.sort();
+    let of_week = with_week.iter().filter(|r| r[0] == week).cloned().collect();
+    out.push(("SELECT * FROM week_attempt".to_string(), with_week));
+    out.push((format!("SELECT * FROM week_attempt WHERE iso_week = '{week}'"), of_week));
     for (sql, w) in [
         ("SELECT * FROM data_quality".to_string(), None),
         (
@@ -673,7 +691,7 @@ fn built_whole(ledger: &Ledger, week: &str) -> Vec<(String, Vec<Vec<String>>)> {
 /// Asserts that `got` ([`derived`]) holds the answers of [`built_whole`].
 fn assert_as_built_whole(got: &[(String, Vec<Vec<String>>)], ledger: &Ledger, week: &str, when: &str) {
     let whole = built_whole(ledger, week);
-    assert_eq!(whole.len(), 19);
+    assert_eq!(whole.len(), 21);
     for (sql, rows) in whole {
         let kept = got.iter().find(|(s, _)| *s == sql).map(|(_, r)| r);
         assert_eq!(kept, Some(&rows), "{when}: {sql}");
@@ -1226,4 +1244,64 @@ fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_touched() {
             "3"
         ]
     );
+}
+
+/// `week_rollup` kept by chunk equals the table built whole after writes that land inside one
+/// chunk, give a held idem_key a second artifact, move a job a week earlier, and complete open
+/// attempts; each write sums again only the chunks it changed.
+#[test]
+fn week_rollup_sums_again_only_the_chunks_a_write_changed() {
+    use laneledger_query::derived::week_rollup::{Kept, week_rollup};
+    use laneledger_query::tables::job_attempt::{AttemptCache, BATCH_ROWS, scan};
+    // More attempts than two chunks of the attempt cache hold.
+    let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x0eee_7011, 60_000);
+    let cache = AttemptCache::new(ledger.clone());
+    let kept = Kept::default();
+    let check = |when: &str| {
+        let got = kept.rows(&cache).unwrap();
+        let whole = week_rollup(&scan(&ledger).unwrap()).unwrap();
+        assert_eq!(sorted_text(got), sorted_text(whole), "{when}");
+    };
+    check("at first");
+    let chunks = kept.chunk_builds();
+    let attempts: usize = scan(&ledger).unwrap().iter().map(|b| b.num_rows()).sum();
+    assert!(attempts > 2 * BATCH_ROWS, "{attempts} attempts");
+    assert!(chunks >= 2, "{chunks} chunks");
+    check("read again");
+    assert_eq!(kept.chunk_builds(), chunks, "nothing changed");
+    // One new job with a held job's idem_key and an artifact of its own: a duplicate if the held
+    // job is in the same week, in one chunk.
+    let held = &jobs[7];
+    let line = format!(
+        r#"{{"job_id":"{}-x","idem_key":"{}","attempt_no":1,"lane":"paid","started_at":"{}","ended_at":"{}","outcome":"ok","tokens_in":5,"tokens_out":6,"artifact_id":"second-artifact"}}"#,
+        held.id,
+        held.idem,
+        at_s(held.start),
+        at_s(held.start + 3)
+    );
+    ingest(&ledger, &line);
+    check("after a second artifact under a held key");
+    assert_eq!(kept.chunk_builds(), chunks + 1, "the one chunk the job fell in");
+    // A late attempt a week before its job's others moves the job to the earlier week.
+    let late = &jobs[11];
+    let line = format!(
+        r#"{{"job_id":"{}","idem_key":"{}","attempt_no":{},"lane":"free","started_at":"{}","ended_at":"{}","outcome":"ok","tokens_in":1,"tokens_out":1,"artifact_id":"late-artifact"}}"#,
+        late.id,
+        late.idem,
+        late.attempts + 1,
+        at_s(late.start - 7 * 86_400),
+        at_s(late.start - 7 * 86_400 + 2)
+    );
+    ingest(&ledger, &line);
+    check("after a job moved a week earlier");
+    assert_eq!(kept.chunk_builds(), chunks + 2);
+    // Random writes: new jobs, and the open attempts completed.
+    let mut lines = new_jobs(&mut rng, &mut jobs, 40);
+    for j in jobs.iter_mut().take(3_000) {
+        if let Some(open) = j.open.take() {
+            lines.push(ended(&mut rng, &open, &j.idem, j.start));
+        }
+    }
+    ingest(&ledger, &lines.join("\n"));
+    check("after new jobs and completions");
 }

@@ -56,24 +56,35 @@ pub fn week_start_of(micros: i64) -> i64 {
     monday * DAY_MICROS
 }
 
-/// Remembers the last week asked for: a job's week is almost always its neighbour's.
+/// Remembers the weeks asked for: in job order with random ids, consecutive jobs belong to any of
+/// the ledger's weeks, and building a label is a date format.
 #[derive(Default)]
 pub struct WeekCache {
-    /// The last week built; an empty label before the first.
-    last: IsoWeek,
+    /// The weeks built, the most recent last; at most [`WeekCache::HELD`].
+    held: Vec<IsoWeek>,
 }
 
 impl WeekCache {
+    /// Weeks held; past it the oldest is dropped (a walk over years of attempts).
+    const HELD: usize = 64;
+
     /// The ISO week holding `micros` (µs since the epoch).
     pub fn week(&mut self, micros: i64) -> &IsoWeek {
         let start = week_start_of(micros);
-        if self.last.label.is_empty() || self.last.start != start {
-            self.last = IsoWeek {
-                start,
-                label: iso_week_of(start),
-            };
-        }
-        &self.last
+        let at = match self.held.iter().rposition(|w| w.start == start) {
+            Some(at) => at,
+            None => {
+                if self.held.len() == Self::HELD {
+                    self.held.remove(0);
+                }
+                self.held.push(IsoWeek {
+                    start,
+                    label: iso_week_of(start),
+                });
+                self.held.len() - 1
+            }
+        };
+        &self.held[at]
     }
 }
 
@@ -198,5 +209,13 @@ mod tests {
         // ISO week 1 of 2027 starts on Monday 2027-01-04; 2027-01-03 is still 2026-W53.
         assert_eq!(cache.week(micros("2027-01-03T10:00:00Z")).label, "2026-W53");
         assert_eq!(cache.week(micros("2027-01-04T00:00:00Z")).label, "2027-W01");
+        // Weeks asked for again in any order keep their labels.
+        assert_eq!(cache.week(micros("2026-11-18T00:00:00Z")).label, "2026-W47");
+        assert_eq!(cache.week(micros("2027-01-05T00:00:00Z")).label, "2027-W01");
+        for day in 0..500 {
+            let t = micros("2026-01-01T12:00:00Z") + day * DAY_MICROS;
+            assert_eq!(cache.week(t).label, iso_week_of(t));
+        }
+        assert_eq!(cache.held.len(), WeekCache::HELD);
     }
 }

@@ -1,5 +1,5 @@
 //! Tables computed from the ledger's tables: the materialized `job_rollup`, `idem_artifacts`,
-//! `job_week` and `week_rollup`, the SQL text of every view ([`views`]), and the policy audits
+//! `job_week`, `week_attempt` and `week_rollup`, the SQL text of every view ([`views`]), and the policy audits
 //! ([`audits`]); the tables whose rows each come from one job are kept up to date by job
 //! ([`kept`]).
 //!
@@ -12,4 +12,5 @@ pub mod job_rollup;
 pub mod job_week;
 pub mod kept;
 pub mod views;
+pub mod week_attempt;
 pub mod week_rollup;

@@ -1,6 +1,7 @@
-//! `week_rollup`: seed 000's drill table for every ISO week of the attempts (SPEC 4), materialized
-//! once per write generation by one pass over the sorted attempts. `weekly_metrics` is this table
-//! with the weeks a retention sweep touched replaced by their `week_snapshot` rows.
+//! `week_rollup`: seed 000's drill table for every ISO week of the attempts (SPEC 4), built by one
+//! pass over the sorted attempts ([`week_rollup`]) and kept by chunk of the attempt cache
+//! ([`Kept`]): after a write only the chunks it changed are summed again. `weekly_metrics` is this
+//! table with the weeks a retention sweep touched replaced by their `week_snapshot` rows.
 //!
 //! [`crate::derived::views::WEEK_ROLLUP_VIEW`] keeps the SQL it reproduces (over `job_attempt` joined to
 //! `job_week`); `query/tests/sqlite_differential.rs` checks the rows against DataFusion running
@@ -18,7 +19,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimestampMicrosecondType};
 use datafusion::common::HashMap;
 
-use crate::derived::job_week::WeekCache;
+use crate::derived::job_week::{iso_week_of, week_start_of};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, timestamp_type};
 
@@ -57,10 +58,9 @@ struct KeyArtifacts<'a> {
     more: Vec<&'a str>,
 }
 
-/// One week's sums while the jobs are walked.
-#[derive(Default)]
-struct Week<'a> {
-    label: String,
+/// A week's figures summed over jobs (or, with a sign, taken out again).
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+struct Sums {
     jobs: i64,
     free: i64,
     paid: i64,
@@ -68,6 +68,24 @@ struct Week<'a> {
     /// Σ over jobs of each job's distinct artifacts.
     artifacts: i64,
     cross_lane: i64,
+}
+
+impl Sums {
+    /// Adds `o` times `sign` (1 or -1).
+    fn add(&mut self, o: &Sums, sign: i64) {
+        self.jobs += sign * o.jobs;
+        self.free += sign * o.free;
+        self.paid += sign * o.paid;
+        self.tokens += sign * o.tokens;
+        self.artifacts += sign * o.artifacts;
+        self.cross_lane += sign * o.cross_lane;
+    }
+}
+
+/// One week's sums while the jobs are walked.
+#[derive(Default)]
+struct Week<'a> {
+    sums: Sums,
     /// (idem_key → its distinct artifacts) for the attempts with an artifact.
     keys: HashMap<&'a str, KeyArtifacts<'a>>,
 }
@@ -82,26 +100,37 @@ struct Job<'a> {
     tokens: i64,
 }
 
+impl Job<'_> {
+    /// The job's distinct artifacts among `artifacts` ((idem_key, artifact_id) of each of its
+    /// attempts with one).
+    fn distinct(artifacts: &[(&str, &str)]) -> i64 {
+        // A job has a few attempts: a look back is cheaper than a set.
+        let firsts = artifacts.iter().enumerate();
+        firsts
+            .filter(|&(i, &(_, a))| !artifacts[..i].iter().any(|&(_, b)| b == a))
+            .count() as i64
+    }
+
+    /// The job's figures as one job of its week.
+    fn sums(&self, artifacts: &[(&str, &str)]) -> Sums {
+        Sums {
+            jobs: 1,
+            free: self.free,
+            paid: self.paid,
+            tokens: self.tokens,
+            artifacts: Self::distinct(artifacts),
+            cross_lane: i64::from(self.free > 0 && self.paid > 0),
+        }
+    }
+}
+
 impl<'a> Job<'a> {
     /// Adds the job to its week; `artifacts` holds (idem_key, artifact_id) of each of its
     /// attempts with an artifact (a buffer the walk reuses from job to job).
-    fn close(self, artifacts: &[(&'a str, &'a str)], weeks: &mut BTreeMap<i64, Week<'a>>, cache: &mut WeekCache) {
-        let w = cache.week(self.first_start);
-        let week = weeks.entry(w.start).or_insert_with(|| Week {
-            label: w.label.clone(),
-            ..Week::default()
-        });
-        week.jobs += 1;
-        week.free += self.free;
-        week.paid += self.paid;
-        week.tokens += self.tokens;
-        week.cross_lane += i64::from(self.free > 0 && self.paid > 0);
-        let mut distinct = 0;
-        for (i, &(key, artifact)) in artifacts.iter().enumerate() {
-            // A job has a few attempts: a look back is cheaper than a set.
-            if !artifacts[..i].iter().any(|&(_, a)| a == artifact) {
-                distinct += 1;
-            }
+    fn close(self, artifacts: &[(&'a str, &'a str)], weeks: &mut BTreeMap<i64, Week<'a>>) {
+        let week = weeks.entry(week_start_of(self.first_start)).or_default();
+        week.sums.add(&self.sums(artifacts), 1);
+        for &(key, artifact) in artifacts {
             let k = week.keys.entry(key).or_insert(KeyArtifacts {
                 first: artifact,
                 more: Vec::new(),
@@ -110,28 +139,14 @@ impl<'a> Job<'a> {
                 k.more.push(artifact);
             }
         }
-        week.artifacts += distinct;
     }
 }
 
-/// `a / b` as SQL's `CAST(a AS DOUBLE) / NULLIF(b, 0)`.
-fn ratio(a: f64, b: i64) -> Option<f64> {
-    (b != 0).then(|| a / b as f64)
-}
-
-/// The `week_rollup` rows of `attempts` (`job_attempt` batches in (job_id, attempt_no) order with
-/// at least [`COLUMNS`]), one per ISO week in week_start order, in one batch.
-///
-/// A job belongs to the week of its earliest `started_at`. `total_tokens` adds `tokens_in +
-/// tokens_out` (tokens); `artifacts` sums each job's distinct artifact_ids (seed 000
-/// `SUM(artifacts)`); `unique_accepted_artifacts` counts the week's idem_keys with an artifact and
-/// `duplicate_artifacts` their distinct artifacts beyond the first.
-///
-/// Errors: a batch without those columns ([`crate::Error::Internal`]).
-pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let mut weeks: BTreeMap<i64, Week<'_>> = BTreeMap::new();
-    let mut cache = WeekCache::default();
-    let mut job: Option<Job<'_>> = None;
+/// Walks `attempts` (`job_attempt` batches in (job_id, attempt_no) order with at least
+/// [`COLUMNS`]) job by job: `close` gets each job with (idem_key, artifact_id) of its attempts
+/// that have an artifact.
+fn walk<'a>(attempts: &'a [RecordBatch], mut close: impl FnMut(Job<'a>, &[(&'a str, &'a str)])) -> Result<()> {
+    let mut job: Option<Job<'a>> = None;
     let mut artifacts: Vec<(&str, &str)> = Vec::new();
     for batch in attempts {
         let column = |name: &str| job_attempt::column(batch, name);
@@ -148,7 +163,7 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
                 Some(j) if j.job_id == id => j,
                 _ => {
                     if let Some(done) = job.take() {
-                        done.close(&artifacts, &mut weeks, &mut cache);
+                        close(done, &artifacts);
                         artifacts.clear();
                     }
                     job.insert(Job {
@@ -171,18 +186,47 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
         }
     }
     if let Some(done) = job.take() {
-        done.close(&artifacts, &mut weeks, &mut cache);
+        close(done, &artifacts);
     }
-    let n = weeks.len();
+    Ok(())
+}
+
+/// `a / b` as SQL's `CAST(a AS DOUBLE) / NULLIF(b, 0)`.
+fn ratio(a: f64, b: i64) -> Option<f64> {
+    (b != 0).then(|| a / b as f64)
+}
+
+/// The `week_rollup` rows of `attempts` (`job_attempt` batches in (job_id, attempt_no) order with
+/// at least [`COLUMNS`]), one per ISO week in week_start order, in one batch.
+///
+/// A job belongs to the week of its earliest `started_at`. `total_tokens` adds `tokens_in +
+/// tokens_out` (tokens); `artifacts` sums each job's distinct artifact_ids (seed 000
+/// `SUM(artifacts)`); `unique_accepted_artifacts` counts the week's idem_keys with an artifact and
+/// `duplicate_artifacts` their distinct artifacts beyond the first.
+///
+/// Errors: a batch without those columns ([`crate::Error::Internal`]).
+pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    let mut weeks: BTreeMap<i64, Week<'_>> = BTreeMap::new();
+    walk(attempts, |job, artifacts| job.close(artifacts, &mut weeks))?;
+    let rows = weeks.iter().map(|(start, w)| {
+        let unique = w.keys.len() as i64;
+        let duplicates: i64 = w.keys.values().map(|k| k.more.len() as i64).sum();
+        (*start, w.sums, unique, duplicates)
+    });
+    to_batch(rows)
+}
+
+/// The table's one batch of `rows`: (week_start, sums, unique accepted artifacts, duplicate
+/// artifacts) in week_start order.
+fn to_batch(rows: impl ExactSizeIterator<Item = (i64, Sums, i64, i64)>) -> Result<Vec<RecordBatch>> {
+    let n = rows.len();
     let mut iso_week = StringBuilder::with_capacity(n, n * 8);
     let mut week_start = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
     let mut ints: Vec<Int64Builder> = (0..8).map(|_| Int64Builder::with_capacity(n)).collect();
     let mut ratios: Vec<Float64Builder> = (0..4).map(|_| Float64Builder::with_capacity(n)).collect();
-    for (start, w) in &weeks {
-        let unique = w.keys.len() as i64;
-        let duplicates: i64 = w.keys.values().map(|k| k.more.len() as i64).sum();
-        iso_week.append_value(&w.label);
-        week_start.append_value(*start);
+    for (start, w, unique, duplicates) in rows {
+        iso_week.append_value(iso_week_of(start));
+        week_start.append_value(start);
         let figures = [
             w.jobs,
             w.free,
@@ -212,4 +256,167 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     Ok(vec![
         RecordBatch::try_new(schema(), cols).map_err(datafusion::error::DataFusionError::from)?,
     ])
+}
+
+/// What some whole jobs add to the table: their sums by week_start, and each distinct
+/// (week, idem_key, artifact_id) among their attempts with an artifact, hashed: (week_start,
+/// 128-bit hash of week_start and idem_key, 64-bit hash of artifact_id).
+#[derive(Default)]
+struct Part {
+    sums: BTreeMap<i64, Sums>,
+    keys: Vec<(i64, u128, u64)>,
+}
+
+/// `week_rollup` kept by chunk of the attempt cache: each chunk's inner jobs (all but its first
+/// and last) are summed once, under the chunk's id; the jobs at the chunk boundaries are summed
+/// again at each read. The table is the running total of every part: a chunk a write replaced is
+/// taken out and its new version added, so a read after a write walks only the chunks it changed.
+///
+/// The distinct artifacts of each (week, idem_key) reach across jobs and chunks: they are kept as
+/// hashes (128 bits for the week and key, 64 for an artifact within its key), each with how many
+/// parts hold it, about 60 bytes a key with an artifact. Row for row equal to [`week_rollup`]
+/// (`query/tests/materialized.rs`), but for a collision of 128-bit hashes.
+#[derive(Default)]
+pub struct Kept {
+    state: std::sync::Mutex<State>,
+    builds: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Two independently keyed hashers: one 128-bit hash of (week_start, idem_key).
+    hashers: (
+        std::collections::hash_map::RandomState,
+        std::collections::hash_map::RandomState,
+    ),
+    /// The part of each chunk's inner jobs, by chunk id (the chunks of the last read only).
+    parts: HashMap<u64, Part>,
+    /// The part of the jobs at the chunk boundaries at the last read.
+    boundary: Part,
+    sums: BTreeMap<i64, Sums>,
+    /// Each (week, idem_key)'s distinct artifacts, each with how many parts hold it.
+    keys: HashMap<u128, Vec<(u64, u32)>>,
+    /// Per week_start: (keys with an artifact, distinct artifacts beyond each key's first).
+    counts: BTreeMap<i64, (i64, i64)>,
+}
+
+impl State {
+    /// The part of `attempts` (whole jobs in job order).
+    fn part(&self, attempts: &[RecordBatch]) -> Result<Part> {
+        use std::hash::BuildHasher;
+        let mut part = Part::default();
+        walk(attempts, |job, artifacts| {
+            let week = week_start_of(job.first_start);
+            part.sums.entry(week).or_default().add(&job.sums(artifacts), 1);
+            for &(key, artifact) in artifacts {
+                let k = (u128::from(self.hashers.0.hash_one((week, key))) << 64)
+                    | u128::from(self.hashers.1.hash_one((week, key)));
+                part.keys.push((week, k, self.hashers.0.hash_one(artifact)));
+            }
+        })?;
+        part.keys.sort_unstable();
+        part.keys.dedup();
+        Ok(part)
+    }
+
+    /// Adds `part` to the totals (`sign` 1), or takes it out (-1).
+    fn apply(&mut self, part: &Part, sign: i64) {
+        for (week, sums) in &part.sums {
+            let total = self.sums.entry(*week).or_default();
+            total.add(sums, sign);
+            if *total == Sums::default() {
+                self.sums.remove(week);
+            }
+        }
+        for &(week, key, artifact) in &part.keys {
+            let artifacts = self.keys.entry(key).or_default();
+            let before = artifacts.len() as i64;
+            match artifacts.iter().position(|a| a.0 == artifact) {
+                Some(at) if sign < 0 => {
+                    artifacts[at].1 -= 1;
+                    if artifacts[at].1 == 0 {
+                        artifacts.swap_remove(at);
+                    }
+                }
+                Some(at) => artifacts[at].1 += 1,
+                None => artifacts.push((artifact, 1)),
+            }
+            let after = artifacts.len() as i64;
+            if after == 0 {
+                self.keys.remove(&key);
+            }
+            let counts = self.counts.entry(week).or_default();
+            counts.0 += i64::from(after > 0) - i64::from(before > 0);
+            counts.1 += (after - 1).max(0) - (before - 1).max(0);
+            if *counts == (0, 0) {
+                self.counts.remove(&week);
+            }
+        }
+    }
+}
+
+impl Kept {
+    /// How many chunks this table has summed since it was made (a chunk taken from the kept parts
+    /// is not counted).
+    pub fn chunk_builds(&self) -> u64 {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The table at the attempt cache's current columns.
+    ///
+    /// Errors: the cache's.
+    pub fn rows(&self, attempts: &crate::tables::job_attempt::AttemptCache) -> Result<Vec<RecordBatch>> {
+        let (chunks, ids) = attempts.chunks(&COLUMNS)?;
+        let mut state = crate::engine::cache_lock::lock_or_reset(&self.state, State::default);
+        let state = &mut *state;
+        let mut old = std::mem::take(&mut state.parts);
+        let mut boundary: Vec<RecordBatch> = Vec::with_capacity(2 * chunks.len());
+        for (chunk, &id) in chunks.iter().zip(&ids) {
+            let n = chunk.num_rows();
+            if n == 0 {
+                continue;
+            }
+            let jobs = job_attempt::column(chunk, "job_id")?.as_string::<i32>();
+            let head = (0..n).take_while(|&i| jobs.value(i) == jobs.value(0)).count();
+            // A job that fills the chunk may go on in the next one: its rows are boundary rows.
+            boundary.push(chunk.slice(0, head));
+            if head == n {
+                continue;
+            }
+            let tail = (0..n)
+                .take_while(|&i| jobs.value(n - 1 - i) == jobs.value(n - 1))
+                .count();
+            let part = match old.remove(&id) {
+                Some(part) => part,
+                None => {
+                    self.builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let part = state.part(&[chunk.slice(head, n - head - tail)])?;
+                    state.apply(&part, 1);
+                    part
+                }
+            };
+            state.parts.insert(id, part);
+            boundary.push(chunk.slice(n - tail, tail));
+        }
+        for part in old.into_values() {
+            state.apply(&part, -1);
+        }
+        // Adjacent slices of one job are walked as one job.
+        let part = state.part(&boundary)?;
+        let previous = std::mem::replace(&mut state.boundary, part);
+        state.apply(&previous, -1);
+        let part = std::mem::take(&mut state.boundary);
+        state.apply(&part, 1);
+        state.boundary = part;
+        let rows: Vec<(i64, Sums, i64, i64)> = state
+            .sums
+            .iter()
+            .filter(|(_, s)| s.jobs > 0)
+            .map(|(week, s)| {
+                let (unique, duplicates) = state.counts.get(week).copied().unwrap_or_default();
+                (*week, *s, unique, duplicates)
+            })
+            .collect();
+        to_batch(rows.into_iter())
+    }
 }

@@ -97,7 +97,7 @@ pub struct WeekCost {
 pub fn week_attempts_sql(week: &str) -> String {
     format!(
         "SELECT a.lane, a.model, a.started_at, a.ended_at, a.tokens_in, a.tokens_out, a.idem_key, a.artifact_id, a.attrs \
-         FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE w.iso_week = '{week}'"
+         FROM week_attempt a WHERE a.iso_week = '{week}'"
     )
 }
 

@@ -132,7 +132,7 @@ const AUDIT_COUNT_SQL: [(&str, &str); 10] = [
     ),
     (
         "keyed_attempts",
-        "SELECT w.iso_week AS iso_week, COUNT(a.key_id) AS n FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE TRUE {where} GROUP BY w.iso_week",
+        "SELECT arrow_cast(iso_week, 'Utf8') AS iso_week, n FROM (SELECT iso_week, COUNT(key_id) AS n FROM week_attempt WHERE TRUE {where} GROUP BY iso_week)",
     ),
     (
         "overload_episodes",
@@ -762,11 +762,7 @@ impl Session {
         self.memo(key, || async {
             let mut out: std::collections::HashMap<String, AuditCounts> = std::collections::HashMap::new();
             for (field, sql) in AUDIT_COUNT_SQL {
-                let filter = match (week, field) {
-                    (Some(w), "keyed_attempts") => format!("AND w.iso_week = '{w}'"),
-                    (Some(w), _) => format!("AND iso_week = '{w}'"),
-                    (None, _) => String::new(),
-                };
+                let filter = week.map(|w| format!("AND iso_week = '{w}'")).unwrap_or_default();
                 let result = self.query(&sql.replace("{where}", &filter)).await?;
                 for b in &result.batches {
                     for row in 0..b.num_rows() {

@@ -164,7 +164,7 @@ const SPECS: &[Spec] = &[
         description: "Attempts a provider refused, by error kind (from http_status and provider_code: transient, quota, auth, request).",
         sql: "SELECT error_kind, attempts, keys FROM refusal_by_kind WHERE iso_week = '{week}' ORDER BY attempts DESC, error_kind",
         summary: Some(
-            "SELECT a.error_kind, a.pool_id, a.model, COUNT(*) AS attempts, COUNT(DISTINCT a.key_id) AS keys FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id WHERE w.iso_week = '{week}' AND a.error_kind IS NOT NULL AND a.error_kind <> 'ok' GROUP BY a.error_kind, a.pool_id, a.model ORDER BY attempts DESC, a.error_kind, a.pool_id, a.model",
+            "SELECT a.error_kind, a.pool_id, a.model, COUNT(*) AS attempts, COUNT(DISTINCT a.key_id) AS keys FROM week_attempt a WHERE a.iso_week = '{week}' AND a.error_kind IS NOT NULL AND a.error_kind <> 'ok' GROUP BY a.error_kind, a.pool_id, a.model ORDER BY attempts DESC, a.error_kind, a.pool_id, a.model",
         ),
     },
     Spec {

@@ -113,8 +113,7 @@ impl Session {
                     CAST(SUM(tokens_in + tokens_out) AS BIGINT) AS tokens
              FROM (SELECT a.lane, a.outcome, a.tokens_in, a.tokens_out,
                           ROW_NUMBER() OVER (PARTITION BY a.job_id, a.lane ORDER BY a.attempt_no) AS rn
-                   FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id
-                   WHERE w.iso_week = '{week}')
+                   FROM week_attempt a WHERE a.iso_week = '{week}')
              WHERE outcome IS NOT NULL
              GROUP BY lane, rn = 1, outcome"
         );

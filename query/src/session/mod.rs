@@ -21,7 +21,7 @@ use futures::StreamExt;
 use laneledger_store::{LaneConfig, Ledger};
 
 use crate::derived::views::VIEWS;
-use crate::derived::{idem_artifacts, job_rollup, job_week, week_rollup};
+use crate::derived::{idem_artifacts, job_rollup, job_week, week_attempt, week_rollup};
 use crate::engine::executor::Executor;
 use crate::engine::sqlite_sum::sqlite_sum;
 use crate::error::{Error, Result};
@@ -233,8 +233,9 @@ impl Session {
             ),
             ("job_week", job_week::schema(), kept_read(job_week::kept(), &attempts)),
             ("week_rollup", week_rollup::schema(), {
-                let attempts = attempts.clone();
-                Arc::new(move |_: &Ledger| week_rollup::week_rollup(&attempts.columns(&week_rollup::COLUMNS)?))
+                // Kept by chunk: a write's rows are summed in, not every attempt again.
+                let (attempts, kept) = (attempts.clone(), week_rollup::Kept::default());
+                Arc::new(move |_: &Ledger| kept.rows(&attempts))
             }),
             (idem_artifacts::TABLE, idem_artifacts::schema(), {
                 let attempts = attempts.clone();
@@ -286,6 +287,13 @@ impl Session {
             job_attempt::to_batches(&l.job_attempts(job_id)?)
         }));
         ctx.register_table("job_attempt", Arc::new(job_attempt_table))?;
+        // The same arrays with each job's ISO week in front.
+        let week_attempt_table = LedgerTable::projected(week_attempt::schema(), ledger.clone(), {
+            let (attempts, weeks) = (attempts.clone(), Arc::new(week_attempt::WeekColumn::default()));
+            Arc::new(move |_: &Ledger, columns: &[usize]| weeks.read(&attempts, columns))
+        })
+        .sorted_by(&["job_id", "attempt_no"]);
+        ctx.register_table(week_attempt::TABLE, Arc::new(week_attempt_table))?;
         for (name, schema, read) in tables {
             let mut table = LedgerTable::new(schema, ledger.clone(), read);
             if matches!(name, "job_rollup" | "job_week") {

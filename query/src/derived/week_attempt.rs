@@ -1,0 +1,303 @@
+//! `week_attempt`: every attempt of `job_attempt` with its job's ISO week in front (`iso_week`, the
+//! week of the job's first `started_at`, as `job_week` gives it), so that a week's attempts are
+//! `WHERE iso_week = '2026-W47'` instead of a join of every attempt with `job_week`:
+//!
+//! ```sql
+//! SELECT w.iso_week, a.* FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id
+//! ```
+//!
+//! The attempt columns are the attempt cache's own arrays (no copy); only `iso_week` is built,
+//! as a dictionary (4 bytes a row) kept by chunk id ([`WeekColumn`]). A job whose attempts run
+//! across a chunk boundary takes the earliest start of all its chunks' rows at each read.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::{ArrayRef, AsArray, DictionaryArray, Int32Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimestampMicrosecondType};
+
+use crate::derived::job_week::{WeekCache, iso_week_of, week_start_of};
+use crate::error::{Error, Result};
+use crate::tables::job_attempt::{self, AttemptCache};
+
+/// The table's name.
+pub const TABLE: &str = "week_attempt";
+
+/// `iso_week`'s type: a dictionary of the week labels, one key a row.
+pub fn week_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+}
+
+/// iso_week, then every column of [`job_attempt::schema`].
+pub fn schema() -> SchemaRef {
+    let mut fields = vec![Arc::new(Field::new("iso_week", week_type(), false))];
+    fields.extend(job_attempt::schema().fields().iter().cloned());
+    Arc::new(Schema::new(fields))
+}
+
+/// The week column of one chunk as its own rows give it: each job's week from the earliest start
+/// among its rows in this chunk, and what the jobs at its two ends need to be mended with.
+struct ChunkWeeks {
+    /// Week label of each row, as keys into `labels`.
+    keys: Int32Array,
+    labels: Vec<String>,
+    /// The first job: id, earliest start in this chunk, rows.
+    first: (String, i64, usize),
+    /// The last job (the first again in a chunk of one job).
+    last: (String, i64, usize),
+}
+
+/// `iso_week` of the attempt cache's chunks, kept by chunk id: after a write only the chunks the
+/// write changed are walked again.
+#[derive(Default)]
+pub struct WeekColumn {
+    kept: Mutex<HashMap<u64, Arc<ChunkWeeks>>>,
+    builds: AtomicU64,
+}
+
+/// The attempt columns [`WeekColumn`] reads: job_id, started_at.
+const WEEK_COLUMNS: [usize; 2] = [0, 4];
+
+impl WeekColumn {
+    /// How many chunks this column has walked since it was made.
+    pub fn chunk_builds(&self) -> u64 {
+        self.builds.load(Ordering::Relaxed)
+    }
+
+    /// The `week_attempt` columns `columns` (indexes into [`schema`], in that order) at the
+    /// ledger's current generation, one batch a chunk of the attempt cache.
+    ///
+    /// Errors: the cache's.
+    pub fn read(&self, attempts: &AttemptCache, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+        let wants_week = columns.contains(&0);
+        let mut wanted: Vec<usize> = columns.iter().filter(|&&c| c > 0).map(|&c| c - 1).collect();
+        if wants_week {
+            wanted.extend(WEEK_COLUMNS);
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let (chunks, ids) = attempts.chunks(&wanted)?;
+        let weeks = match wants_week {
+            true => self.weeks(&chunks, &ids)?,
+            false => Vec::new(),
+        };
+        let schema = Arc::new(
+            schema()
+                .project(columns)
+                .map_err(datafusion::error::DataFusionError::from)?,
+        );
+        let mut out = Vec::with_capacity(chunks.len());
+        for (k, chunk) in chunks.iter().enumerate() {
+            let cols: Vec<ArrayRef> = columns
+                .iter()
+                .map(|&c| match c {
+                    0 => weeks[k].clone(),
+                    c => chunk
+                        .column(wanted.iter().position(|&w| w == c - 1).expect("read"))
+                        .clone(),
+                })
+                .collect();
+            let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(chunk.num_rows()));
+            out.push(
+                RecordBatch::try_new_with_options(schema.clone(), cols, &options)
+                    .map_err(datafusion::error::DataFusionError::from)?,
+            );
+        }
+        if out.is_empty() {
+            out.push(RecordBatch::new_empty(schema));
+        }
+        Ok(out)
+    }
+
+    /// The week column of each of `chunks` (job_id and started_at among their columns, rows in
+    /// (job_id, attempt_no) order across them), `ids[k]` the id of chunk `k`.
+    fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
+        let own: Vec<Arc<ChunkWeeks>> = {
+            let held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
+            ids.iter().map(|id| held.get(id).cloned()).collect::<Vec<_>>()
+        }
+        .into_iter()
+        .zip(chunks)
+        .map(|(held, chunk)| match held {
+            Some(w) => Ok(w),
+            None => {
+                self.builds.fetch_add(1, Ordering::Relaxed);
+                chunk_weeks(chunk).map(Arc::new)
+            }
+        })
+        .collect::<Result<_>>()?;
+        {
+            let mut held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
+            *held = ids.iter().copied().zip(own.iter().cloned()).collect();
+        }
+        // The earliest start of each job that runs across a boundary, over all its chunks.
+        let mut first_start: Vec<(i64, i64)> = own.iter().map(|w| (w.first.1, w.last.1)).collect();
+        let mut k = 0;
+        while k < own.len() {
+            // Chunks k..=m hold one job at their joins.
+            let mut m = k;
+            let mut earliest = own[k].last.1;
+            while m + 1 < own.len() && own[m + 1].first.0 == own[k].last.0 && !own[k].last.0.is_empty() {
+                m += 1;
+                earliest = earliest.min(own[m].first.1);
+                if own[m].first.2 < chunks[m].num_rows() {
+                    break;
+                }
+            }
+            if m > k {
+                first_start[k].1 = earliest;
+                for (j, start) in first_start.iter_mut().enumerate().take(m + 1).skip(k + 1) {
+                    start.0 = earliest;
+                    if own[j].first.2 == chunks[j].num_rows() {
+                        start.1 = earliest;
+                    }
+                }
+            }
+            k = m.max(k + 1);
+        }
+        own.iter()
+            .zip(first_start)
+            .map(|(w, (first, last))| mended(w, first, last))
+            .collect()
+    }
+}
+
+/// [`ChunkWeeks`] of one chunk.
+fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
+    let job_id = job_attempt::column(chunk, "job_id")?.as_string::<i32>();
+    let started = job_attempt::column(chunk, "started_at")?.as_primitive::<TimestampMicrosecondType>();
+    let n = chunk.num_rows();
+    let mut keys: Vec<i32> = Vec::with_capacity(n);
+    let mut labels: Vec<String> = Vec::new();
+    let mut cache = WeekCache::default();
+    let mut jobs: Vec<(usize, usize, i64)> = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let id = job_id.value(at);
+        let (mut end, mut earliest) = (at, i64::MAX);
+        while end < n && job_id.value(end) == id {
+            earliest = earliest.min(started.value(end));
+            end += 1;
+        }
+        let key = label_key(&mut labels, &cache.week(earliest).label);
+        keys.extend(std::iter::repeat_n(key, end - at));
+        jobs.push((at, end, earliest));
+        at = end;
+    }
+    let end = |j: Option<&(usize, usize, i64)>| match j {
+        Some(&(from, to, earliest)) => (job_id.value(from).to_string(), earliest, to - from),
+        None => (String::new(), i64::MAX, 0),
+    };
+    Ok(ChunkWeeks {
+        keys: Int32Array::from(keys),
+        labels,
+        first: end(jobs.first()),
+        last: end(jobs.last()),
+    })
+}
+
+/// The key of `label` in `labels`, added when new.
+fn label_key(labels: &mut Vec<String>, label: &str) -> i32 {
+    match labels.iter().position(|l| l == label) {
+        Some(k) => k as i32,
+        None => {
+            labels.push(label.to_string());
+            (labels.len() - 1) as i32
+        }
+    }
+}
+
+/// `w`'s week column with its first job's rows in the week of `first` and its last job's in the
+/// week of `last` (earliest starts over every chunk the job runs across).
+fn mended(w: &ChunkWeeks, first: i64, last: i64) -> Result<ArrayRef> {
+    let n = w.keys.len();
+    let mut labels = w.labels.clone();
+    let mut keys: Option<Vec<i32>> = None;
+    for (range, own, earliest) in [(0..w.first.2, w.first.1, first), (n - w.last.2..n, w.last.1, last)] {
+        let start = week_start_of(earliest);
+        if range.is_empty() || week_start_of(own) == start {
+            continue;
+        }
+        let key = label_key(&mut labels, &iso_week_of(start));
+        keys.get_or_insert_with(|| w.keys.values().to_vec())[range].fill(key);
+    }
+    let keys = keys.map_or_else(|| w.keys.clone(), Int32Array::from);
+    let values: ArrayRef = Arc::new(StringArray::from(labels));
+    let array = DictionaryArray::<Int32Type>::try_new(keys, values).map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(Arc::new(array))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::TimestampMicrosecondArray;
+
+    fn micros(rfc3339: &str) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(rfc3339)
+            .unwrap()
+            .timestamp_micros()
+    }
+
+    /// A chunk of (job_id, started_at) rows.
+    fn chunk(rows: &[(&str, &str)]) -> RecordBatch {
+        let jobs: ArrayRef = Arc::new(StringArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>()));
+        let starts = TimestampMicrosecondArray::from(rows.iter().map(|r| micros(r.1)).collect::<Vec<_>>());
+        let starts: ArrayRef = Arc::new(starts.with_timezone("UTC"));
+        let schema = Schema::new(vec![
+            Field::new("job_id", DataType::Utf8, false),
+            Field::new("started_at", job_attempt::timestamp_type(), false),
+        ]);
+        RecordBatch::try_new(Arc::new(schema), vec![jobs, starts]).unwrap()
+    }
+
+    fn labels(weeks: &[ArrayRef]) -> Vec<Vec<String>> {
+        weeks
+            .iter()
+            .map(|w| {
+                let w = w.as_any_dictionary();
+                let values = w.values().as_string::<i32>();
+                w.normalized_keys()
+                    .iter()
+                    .map(|&k| values.value(k).to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_across_chunk_boundaries_takes_its_earliest_start_in_every_chunk() {
+        // W47 is 2026-11-16..22, W46 the week before, W48 the week after.
+        let (w46, w47, w48) = ("2026-11-12T09:00:00Z", "2026-11-18T09:00:00Z", "2026-11-24T09:00:00Z");
+        let chunks = vec![
+            // b starts in W47 here, but its attempt in the next chunk started in W46.
+            chunk(&[("a", w47), ("a", w48), ("b", w47)]),
+            chunk(&[("b", w46), ("b", w48), ("c", w48)]),
+            // c fills a chunk of its own, and its earliest start is two chunks on.
+            chunk(&[("c", w48)]),
+            chunk(&[("c", w46), ("d", w48), ("d", w47)]),
+        ];
+        let column = WeekColumn::default();
+        let weeks = column.weeks(&chunks, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(
+            labels(&weeks),
+            vec![
+                vec!["2026-W47", "2026-W47", "2026-W46"],
+                vec!["2026-W46", "2026-W46", "2026-W46"],
+                vec!["2026-W46"],
+                vec!["2026-W46", "2026-W47", "2026-W47"],
+            ]
+        );
+        assert_eq!(column.chunk_builds(), 4);
+        // The same chunks again are taken from what was kept; a changed chunk is walked again,
+        // and its neighbours' boundary jobs follow it.
+        column.weeks(&chunks, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(column.chunk_builds(), 4);
+        let mut changed = chunks.clone();
+        changed[1] = chunk(&[("b", w48), ("b", w48), ("c", w48)]);
+        let weeks = column.weeks(&changed, &[1, 5, 3, 4]).unwrap();
+        assert_eq!(column.chunk_builds(), 5);
+        assert_eq!(labels(&weeks)[0], vec!["2026-W47", "2026-W47", "2026-W47"]);
+        assert_eq!(labels(&weeks)[1], vec!["2026-W47", "2026-W47", "2026-W46"]);
+    }
+}
