@@ -33,7 +33,7 @@ pub(crate) const LANES: [&str; 2] = ["free", "paid"];
 /// The SQL of the daily table for ISO week `week` (a checked label): one row a day, a column per
 /// lane and outcome, and the day's attempts.
 pub(crate) fn daily_sql(week: &str) -> String {
-    let mut cols = String::new();
+    let (mut cols, mut names) = (String::new(), String::new());
     for lane in LANES {
         for (suffix, outcome, _) in OUTCOMES {
             let test = match outcome {
@@ -41,15 +41,19 @@ pub(crate) fn daily_sql(week: &str) -> String {
                 None => "a.outcome IS NULL".to_string(),
             };
             cols.push_str(&format!(
-                "       SUM(CASE WHEN a.lane = '{lane}' AND {test} THEN 1 ELSE 0 END) AS {lane}_{suffix},\n"
+                "         SUM(CASE WHEN a.lane = '{lane}' AND {test} THEN 1 ELSE 0 END) AS {lane}_{suffix},\n"
             ));
+            names.push_str(&format!("{lane}_{suffix}, "));
         }
     }
+    // Grouped by the day's first instant, so that only each day's label is formatted, not each
+    // attempt's start.
     format!(
-        "SELECT to_char(a.started_at, '%Y-%m-%d') AS day,\n{cols}       COUNT(*) AS attempts\n\
-         FROM job_attempt a JOIN job_week w ON a.job_id = w.job_id\n\
-         WHERE w.iso_week = '{week}'\n\
-         GROUP BY to_char(a.started_at, '%Y-%m-%d')\n\
+        "SELECT to_char(day_start, '%Y-%m-%d') AS day, {names}attempts FROM (\n\
+         SELECT date_trunc('day', a.started_at) AS day_start,\n{cols}         COUNT(*) AS attempts\n\
+         FROM week_attempt a\n\
+         WHERE a.iso_week = '{week}'\n\
+         GROUP BY date_trunc('day', a.started_at))\n\
          ORDER BY day"
     )
 }
