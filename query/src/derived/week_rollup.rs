@@ -339,7 +339,9 @@ impl State {
                     }
                 }
                 Some(at) => artifacts[at].1 += 1,
-                None => artifacts.push((artifact, 1)),
+                None if sign > 0 => artifacts.push((artifact, 1)),
+                // Only a part added before is taken out: never reached.
+                None => {}
             }
             let after = artifacts.len() as i64;
             if after == 0 {
@@ -403,9 +405,8 @@ impl Kept {
         }
         // Adjacent slices of one job are walked as one job.
         let part = state.part(&boundary)?;
-        let previous = std::mem::replace(&mut state.boundary, part);
+        let previous = std::mem::take(&mut state.boundary);
         state.apply(&previous, -1);
-        let part = std::mem::take(&mut state.boundary);
         state.apply(&part, 1);
         state.boundary = part;
         let rows: Vec<(i64, Sums, i64, i64)> = state
