@@ -86,6 +86,8 @@ impl ByJob {
         let mut boundary: Vec<RecordBatch> = Vec::with_capacity(2 * chunks.len());
         let mut boundary_jobs: Vec<&str> = Vec::with_capacity(2 * chunks.len());
         let mut inner: Vec<Vec<RecordBatch>> = vec![Vec::new(); chunks.len()];
+        // (chunk, its inner jobs' rows) of the chunks not kept.
+        let mut to_build: Vec<(usize, RecordBatch)> = Vec::new();
         for (k, (chunk, &id)) in chunks.iter().zip(ids).enumerate() {
             let n = chunk.num_rows();
             if n == 0 {
@@ -105,19 +107,26 @@ impl ByJob {
             }
             let last = jobs.value(n - 1);
             let tail = (0..n).take_while(|&i| jobs.value(n - 1 - i) == last).count();
-            inner[k] = match old.remove(&id) {
-                Some(rows) => rows,
-                None if head + tail == n => Vec::new(),
-                None => {
-                    self.chunk_builds.fetch_add(1, Ordering::Relaxed);
-                    (self.build)(&[chunk.slice(head, n - head - tail)])?
-                }
-            };
-            kept.insert(id, inner[k].clone());
+            match old.remove(&id) {
+                Some(rows) => inner[k] = rows,
+                None if head + tail == n => {}
+                None => to_build.push((k, chunk.slice(head, n - head - tail))),
+            }
             pieces.push(Piece::Inner(k));
             pieces.push(Piece::Boundary(boundary_jobs.len()));
             boundary_jobs.push(last);
             boundary.push(chunk.slice(n - tail, tail));
+        }
+        // The chunks new to this table, side by side.
+        self.chunk_builds.fetch_add(to_build.len() as u64, Ordering::Relaxed);
+        let built = crate::engine::parallel::map(&to_build, |(_, slice)| (self.build)(std::slice::from_ref(slice)))?;
+        for ((k, _), rows) in to_build.iter().zip(built) {
+            inner[*k] = rows;
+        }
+        for piece in &pieces {
+            if let Piece::Inner(k) = *piece {
+                kept.insert(ids[k], inner[k].clone());
+            }
         }
         drop(kept);
         let built = match boundary.is_empty() {

@@ -42,6 +42,8 @@ struct ChunkWeeks {
     /// Week label of each row, as keys into `labels`.
     keys: Int32Array,
     labels: Vec<String>,
+    /// `labels` as the dictionary's values, built once.
+    values: ArrayRef,
     /// The first job: id, earliest start in this chunk, rows.
     first: (String, i64, usize),
     /// The last job (the first again in a chunk of one job).
@@ -113,20 +115,18 @@ impl WeekColumn {
     /// The week column of each of `chunks` (job_id and started_at among their columns, rows in
     /// (job_id, attempt_no) order across them), `ids[k]` the id of chunk `k`.
     fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
-        let own: Vec<Arc<ChunkWeeks>> = {
+        let mut own: Vec<Option<Arc<ChunkWeeks>>> = {
             let held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
-            ids.iter().map(|id| held.get(id).cloned()).collect::<Vec<_>>()
+            ids.iter().map(|id| held.get(id).cloned()).collect()
+        };
+        // The chunks new to the column, walked side by side.
+        let new: Vec<usize> = (0..own.len()).filter(|&k| own[k].is_none()).collect();
+        self.builds.fetch_add(new.len() as u64, Ordering::Relaxed);
+        let walked = crate::engine::parallel::map(&new, |&k| chunk_weeks(&chunks[k]))?;
+        for (k, w) in new.into_iter().zip(walked) {
+            own[k] = Some(Arc::new(w));
         }
-        .into_iter()
-        .zip(chunks)
-        .map(|(held, chunk)| match held {
-            Some(w) => Ok(w),
-            None => {
-                self.builds.fetch_add(1, Ordering::Relaxed);
-                chunk_weeks(chunk).map(Arc::new)
-            }
-        })
-        .collect::<Result<_>>()?;
+        let own: Vec<Arc<ChunkWeeks>> = own.into_iter().flatten().collect();
         {
             let mut held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
             *held = ids.iter().copied().zip(own.iter().cloned()).collect();
@@ -163,6 +163,9 @@ impl WeekColumn {
     }
 }
 
+/// One job's rows in a chunk: (first row, end, earliest start).
+type JobRun = (usize, usize, i64);
+
 /// [`ChunkWeeks`] of one chunk.
 fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
     let job_id = job_attempt::column(chunk, "job_id")?.as_string::<i32>();
@@ -171,7 +174,8 @@ fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
     let mut keys: Vec<i32> = Vec::with_capacity(n);
     let mut labels: Vec<String> = Vec::new();
     let mut cache = WeekCache::default();
-    let mut jobs: Vec<(usize, usize, i64)> = Vec::new();
+    // (first row, end, earliest start) of the chunk's first job and of its last.
+    let (mut first, mut last): (Option<JobRun>, Option<JobRun>) = (None, None);
     let mut at = 0;
     while at < n {
         let id = job_id.value(at);
@@ -182,18 +186,20 @@ fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
         }
         let key = label_key(&mut labels, &cache.week(earliest).label);
         keys.extend(std::iter::repeat_n(key, end - at));
-        jobs.push((at, end, earliest));
+        first.get_or_insert((at, end, earliest));
+        last = Some((at, end, earliest));
         at = end;
     }
-    let end = |j: Option<&(usize, usize, i64)>| match j {
-        Some(&(from, to, earliest)) => (job_id.value(from).to_string(), earliest, to - from),
+    let end = |j: Option<JobRun>| match j {
+        Some((from, to, earliest)) => (job_id.value(from).to_string(), earliest, to - from),
         None => (String::new(), i64::MAX, 0),
     };
     Ok(ChunkWeeks {
         keys: Int32Array::from(keys),
+        values: Arc::new(StringArray::from(labels.clone())),
         labels,
-        first: end(jobs.first()),
-        last: end(jobs.last()),
+        first: end(first),
+        last: end(last),
     })
 }
 
@@ -212,18 +218,19 @@ fn label_key(labels: &mut Vec<String>, label: &str) -> i32 {
 /// week of `last` (earliest starts over every chunk the job runs across).
 fn mended(w: &ChunkWeeks, first: i64, last: i64) -> Result<ArrayRef> {
     let n = w.keys.len();
-    let mut labels = w.labels.clone();
+    // Labels added for a mended job, after the chunk's own.
+    let mut labels: Option<Vec<String>> = None;
     let mut keys: Option<Vec<i32>> = None;
     for (range, own, earliest) in [(0..w.first.2, w.first.1, first), (n - w.last.2..n, w.last.1, last)] {
         let start = week_start_of(earliest);
         if range.is_empty() || week_start_of(own) == start {
             continue;
         }
-        let key = label_key(&mut labels, &iso_week_of(start));
+        let key = label_key(labels.get_or_insert_with(|| w.labels.clone()), &iso_week_of(start));
         keys.get_or_insert_with(|| w.keys.values().to_vec())[range].fill(key);
     }
     let keys = keys.map_or_else(|| w.keys.clone(), Int32Array::from);
-    let values: ArrayRef = Arc::new(StringArray::from(labels));
+    let values: ArrayRef = labels.map_or_else(|| w.values.clone(), |l| Arc::new(StringArray::from(l)));
     let array = DictionaryArray::<Int32Type>::try_new(keys, values).map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Arc::new(array))
 }
@@ -234,9 +241,7 @@ mod tests {
     use datafusion::arrow::array::TimestampMicrosecondArray;
 
     fn micros(rfc3339: &str) -> i64 {
-        chrono::DateTime::parse_from_rfc3339(rfc3339)
-            .unwrap()
-            .timestamp_micros()
+        laneledger_store::parse_timestamp(rfc3339).unwrap()
     }
 
     /// A chunk of (job_id, started_at) rows.

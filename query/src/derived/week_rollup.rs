@@ -264,7 +264,67 @@ fn to_batch(rows: impl ExactSizeIterator<Item = (i64, Sums, i64, i64)>) -> Resul
 #[derive(Default)]
 struct Part {
     sums: BTreeMap<i64, Sums>,
-    keys: Vec<(i64, u128, u64)>,
+    keys: Vec<(i64, KeyHash, u64)>,
+}
+
+/// A 128-bit hash of (week_start, idem_key), as two words (8-byte aligned: a `u128` would pad
+/// every entry to 16 bytes).
+type KeyHash = (u64, u64);
+
+/// One (week, idem_key)'s distinct artifacts (hashes), each with how many parts hold it: the
+/// first in place, as most keys have one; the others, when there are any, apart (a boxed slice,
+/// 8 bytes in the entry: a second artifact under a key is rare, so its copy on a change is too).
+struct Artifacts {
+    first: (u64, u32),
+    more: Option<Box<[(u64, u32)]>>,
+}
+
+impl Artifacts {
+    fn len(&self) -> i64 {
+        1 + self.more.as_ref().map_or(0, |m| m.len() as i64)
+    }
+
+    /// Counts `artifact` once more.
+    fn add(&mut self, artifact: u64) {
+        if self.first.0 == artifact {
+            self.first.1 += 1;
+            return;
+        }
+        if let Some(a) = self
+            .more
+            .iter_mut()
+            .flat_map(|m| m.iter_mut())
+            .find(|a| a.0 == artifact)
+        {
+            a.1 += 1;
+            return;
+        }
+        let mut more = self.more.take().map(Vec::from).unwrap_or_default();
+        more.push((artifact, 1));
+        self.more = Some(more.into_boxed_slice());
+    }
+
+    /// Counts `artifact` once less (only a part added before is taken out, so it is held);
+    /// `false` when no artifact is left.
+    fn take_out(&mut self, artifact: u64) -> bool {
+        let mut more = self.more.take().map(Vec::from).unwrap_or_default();
+        if self.first.0 == artifact {
+            self.first.1 -= 1;
+            if self.first.1 == 0 {
+                match more.pop() {
+                    Some(next) => self.first = next,
+                    None => return false,
+                }
+            }
+        } else if let Some(at) = more.iter().position(|a| a.0 == artifact) {
+            more[at].1 -= 1;
+            if more[at].1 == 0 {
+                more.swap_remove(at);
+            }
+        }
+        self.more = (!more.is_empty()).then(|| more.into_boxed_slice());
+        true
+    }
 }
 
 /// `week_rollup` kept by chunk of the attempt cache: each chunk's inner jobs (all but its first
@@ -274,7 +334,8 @@ struct Part {
 ///
 /// The distinct artifacts of each (week, idem_key) reach across jobs and chunks: they are kept as
 /// hashes (128 bits for the week and key, 64 for an artifact within its key), each with how many
-/// parts hold it, about 60 bytes a key with an artifact. Row for row equal to [`week_rollup`]
+/// parts hold it: 40 bytes and the hash table's slack a key with one artifact, and 32 bytes a
+/// chunk's part holds for each. Row for row equal to [`week_rollup`]
 /// (`query/tests/materialized.rs`), but for a collision of 128-bit hashes.
 #[derive(Default)]
 pub struct Kept {
@@ -295,7 +356,7 @@ struct State {
     boundary: Part,
     sums: BTreeMap<i64, Sums>,
     /// Each (week, idem_key)'s distinct artifacts, each with how many parts hold it.
-    keys: HashMap<u128, Vec<(u64, u32)>>,
+    keys: HashMap<KeyHash, Artifacts>,
     /// Per week_start: (keys with an artifact, distinct artifacts beyond each key's first).
     counts: BTreeMap<i64, (i64, i64)>,
 }
@@ -309,8 +370,10 @@ impl State {
             let week = week_start_of(job.first_start);
             part.sums.entry(week).or_default().add(&job.sums(artifacts), 1);
             for &(key, artifact) in artifacts {
-                let k = (u128::from(self.hashers.0.hash_one((week, key))) << 64)
-                    | u128::from(self.hashers.1.hash_one((week, key)));
+                let k = (
+                    self.hashers.0.hash_one((week, key)),
+                    self.hashers.1.hash_one((week, key)),
+                );
                 part.keys.push((week, k, self.hashers.0.hash_one(artifact)));
             }
         })?;
@@ -329,24 +392,30 @@ impl State {
             }
         }
         for &(week, key, artifact) in &part.keys {
-            let artifacts = self.keys.entry(key).or_default();
-            let before = artifacts.len() as i64;
-            match artifacts.iter().position(|a| a.0 == artifact) {
-                Some(at) if sign < 0 => {
-                    artifacts[at].1 -= 1;
-                    if artifacts[at].1 == 0 {
-                        artifacts.swap_remove(at);
+            use datafusion::common::hash_map::Entry;
+            let (before, after) = match self.keys.entry(key) {
+                Entry::Occupied(mut held) => {
+                    let before = held.get().len();
+                    if sign > 0 {
+                        held.get_mut().add(artifact);
+                        (before, held.get().len())
+                    } else if held.get_mut().take_out(artifact) {
+                        (before, held.get().len())
+                    } else {
+                        held.remove();
+                        (before, 0)
                     }
                 }
-                Some(at) => artifacts[at].1 += 1,
-                None if sign > 0 => artifacts.push((artifact, 1)),
+                Entry::Vacant(new) if sign > 0 => {
+                    new.insert(Artifacts {
+                        first: (artifact, 1),
+                        more: None,
+                    });
+                    (0, 1)
+                }
                 // Only a part added before is taken out: never reached.
-                None => {}
-            }
-            let after = artifacts.len() as i64;
-            if after == 0 {
-                self.keys.remove(&key);
-            }
+                Entry::Vacant(_) => (0, 0),
+            };
             let counts = self.counts.entry(week).or_default();
             counts.0 += i64::from(after > 0) - i64::from(before > 0);
             counts.1 += (after - 1).max(0) - (before - 1).max(0);
@@ -373,6 +442,8 @@ impl Kept {
         let state = &mut *state;
         let mut old = std::mem::take(&mut state.parts);
         let mut boundary: Vec<RecordBatch> = Vec::with_capacity(2 * chunks.len());
+        // (chunk id, its inner jobs' rows) of the chunks not kept.
+        let mut to_build: Vec<(u64, RecordBatch)> = Vec::new();
         for (chunk, &id) in chunks.iter().zip(&ids) {
             let n = chunk.num_rows();
             if n == 0 {
@@ -388,17 +459,22 @@ impl Kept {
             let tail = (0..n)
                 .take_while(|&i| jobs.value(n - 1 - i) == jobs.value(n - 1))
                 .count();
-            let part = match old.remove(&id) {
-                Some(part) => part,
-                None => {
-                    self.builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let part = state.part(&[chunk.slice(head, n - head - tail)])?;
-                    state.apply(&part, 1);
-                    part
+            match old.remove(&id) {
+                Some(part) => {
+                    state.parts.insert(id, part);
                 }
-            };
-            state.parts.insert(id, part);
+                None => to_build.push((id, chunk.slice(head, n - head - tail))),
+            }
             boundary.push(chunk.slice(n - tail, tail));
+        }
+        // The chunks new to this table are summed side by side, then added in turn.
+        self.builds
+            .fetch_add(to_build.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let shared: &State = state;
+        let built = crate::engine::parallel::map(&to_build, |(_, inner)| shared.part(std::slice::from_ref(inner)))?;
+        for ((id, _), part) in to_build.iter().zip(built) {
+            state.apply(&part, 1);
+            state.parts.insert(*id, part);
         }
         for part in old.into_values() {
             state.apply(&part, -1);

@@ -172,10 +172,18 @@ impl ByGroup {
         let mut held = state.take();
         // The index of the chunks read: a chunk seen before keeps its own.
         let mut index: HashMap<u64, ChunkGroups> = HashMap::with_capacity(ids.len());
+        let mut unseen: Vec<(u64, &Columns)> = Vec::new();
         for (c, &id) in chunks.cols.iter().zip(&ids) {
-            let kept = held.as_mut().and_then(|s| s.index.remove(&id));
-            index.insert(id, kept.unwrap_or_else(|| index_chunk(self.rule.as_ref(), c)));
+            match held.as_mut().and_then(|s| s.index.remove(&id)) {
+                Some(kept) => {
+                    index.insert(id, kept);
+                }
+                None => unseen.push((id, c)),
+            }
         }
+        let rule = self.rule.as_ref();
+        let indexed = crate::engine::parallel::map(&unseen, |&(_, c)| Ok(index_chunk(rule, c)))?;
+        index.extend(unseen.iter().map(|&(id, _)| id).zip(indexed));
         let (rows, groups) = match (held, changes) {
             (Some(held), Some(changes)) => {
                 let groups = self.rule.touched(&chunks, &changes);
@@ -215,15 +223,15 @@ impl ByGroup {
                     .extend(in_chunk.iter().map(|&i| start + i));
             }
         }
-        let mut built: Vec<(Box<str>, Vec<RecordBatch>)> = Vec::with_capacity(rows.len());
-        for (group, rows) in rows {
-            self.group_builds.fetch_add(1, Ordering::Relaxed);
-            let batch = self.rule.build(chunks, group, &rows)?;
+        // The groups apart from each other, side by side.
+        let rows: Vec<(&str, Vec<u32>)> = rows.into_iter().collect();
+        self.group_builds.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let built = crate::engine::parallel::map(&rows, |(group, rows)| self.rule.build(chunks, group, rows))?;
+        for ((group, _), batch) in rows.iter().zip(built) {
             if batch.num_rows() > 0 {
-                built.push((group.into(), super::in_chunks(batch)?));
+                state.rows.insert((*group).into(), super::in_chunks(batch)?);
             }
         }
-        state.rows.extend(built);
         Ok(())
     }
 }

@@ -621,14 +621,20 @@ impl Kept {
             (Some(t), Some(changes)) => t.fold(&changes),
             _ => false,
         };
-        match (kept, twice.as_mut()) {
-            (true, Some(t)) => t.cursor = cursor,
-            _ => {
+        // The two parts side by side when both are built.
+        let (jobs, built) = crate::engine::parallel::join(
+            || self.jobs.rows_of(&chunks, &ids),
+            || (!kept).then(|| Twice::build(&chunks, cursor)).transpose(),
+        );
+        match (built?, twice.as_mut()) {
+            (Some(built), _) => {
                 self.twice_builds.fetch_add(1, Ordering::Relaxed);
-                *twice = Some(Twice::build(&chunks, cursor)?);
+                *twice = Some(built);
             }
+            (None, Some(t)) => t.cursor = cursor,
+            (None, None) => return Err(crate::Error::Internal("data_quality kept nothing to keep".into())),
         }
-        let mut out = self.jobs.rows_of(&chunks, &ids)?;
+        let mut out = jobs?;
         out.push(twice.as_ref().expect("just set").rows.clone());
         drop(twice);
         if let Some(w) = week {

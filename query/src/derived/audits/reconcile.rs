@@ -214,16 +214,23 @@ impl Kept {
             _ => {
                 self.builds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let snap = Snapshot::new(&columns)?;
-                let rows = build(&snap, &self.settings, None)?;
                 let hasher = std::hash::RandomState::new();
-                let mut first: HashMap<u64, u64> = HashMap::default();
-                for a in snap.iter() {
-                    if let Some(art) = a.artifact_id {
+                // The rows, and each key's first artifact beside them.
+                let (rows, first) = crate::engine::parallel::join(
+                    || build(&snap, &self.settings, None),
+                    || {
+                        let mut first: HashMap<u64, u64> = HashMap::default();
+                        for a in snap.iter() {
+                            if let Some(art) = a.artifact_id {
+                                first
+                                    .entry(hasher.hash_one(a.idem_key))
+                                    .or_insert_with(|| hasher.hash_one(art));
+                            }
+                        }
                         first
-                            .entry(hasher.hash_one(a.idem_key))
-                            .or_insert_with(|| hasher.hash_one(art));
-                    }
-                }
+                    },
+                );
+                let rows = rows?;
                 let text = |c: usize| {
                     use datafusion::arrow::array::AsArray;
                     rows.column(c).as_string::<i32>().clone()
