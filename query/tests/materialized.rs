@@ -1192,7 +1192,7 @@ fn duplicate_reconciliation_is_built_again_only_when_a_key_gains_a_second_artifa
 /// `pool_overload_episode` kept by pool equals, row for row and in order, the table built whole
 /// from a snapshot, and a write builds again only the pools of the attempts it wrote.
 #[test]
-fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_touched() {
+fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_changed() {
     use laneledger_query::derived::audits::{AuditSettings, Snapshot, by_group::ByGroup, refusals};
     use laneledger_query::tables::job_attempt::{AttemptCache, scan};
     let (_dir, ledger, _rng, _jobs) = random_ledger(0x0090_01ed, 3_000);
@@ -1244,6 +1244,20 @@ fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_touched() {
             "3"
         ]
     );
+    // An attempt of a key pool-1 has, with no 1305: no pool's episodes can change, none is built.
+    ingest(
+        &ledger,
+        r#"{"job_id":"calm","idem_key":"calm","attempt_no":1,"lane":"free","started_at":"2026-11-25T10:00:05Z","ended_at":"2026-11-25T10:00:06Z","outcome":"retryable","http_status":429,"key_id":"k-a","pool_id":"pool-1"}"#,
+    );
+    check("after a plain attempt in pool-1");
+    assert_eq!(kept.group_builds(), 3);
+    // A key new to pool-2, with no 1305: the pool's count of keys (what overloads it) moves.
+    ingest(
+        &ledger,
+        r#"{"job_id":"fresh-key","idem_key":"fresh-key","attempt_no":1,"lane":"free","started_at":"2026-11-25T11:00:00Z","key_id":"k-new","pool_id":"pool-2"}"#,
+    );
+    check("after a new key in pool-2");
+    assert_eq!(kept.group_builds(), 4);
 }
 
 /// `week_rollup` kept by chunk equals the table built whole after writes that land inside one

@@ -9,7 +9,7 @@
 //! Attempts that ended before they started are left out of the percentiles and counted.
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use datafusion::arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
 use datafusion::common::HashMap;
 use laneledger_store::config::prices::{AttemptCost, PricesConfig};
 use serde::Serialize;
@@ -110,9 +110,9 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
 }
 
-/// The `job_attempt` columns the cost is folded from: job_id, idem_key, lane, started_at,
-/// ended_at, tokens_in, tokens_out, artifact_id, model, attrs.
-const COLUMNS: [usize; 10] = [0, 1, 3, 4, 5, 7, 8, 9, 14, 16];
+/// The `job_attempt` columns the cost is folded from, beside `week_attempt`'s `iso_week`:
+/// idem_key, lane, started_at, ended_at, tokens_in, tokens_out, artifact_id, model, attrs.
+const COLUMNS: [usize; 9] = [1, 3, 4, 5, 7, 8, 9, 14, 16];
 
 fn opt(a: &StringArray, i: usize) -> Option<&str> {
     a.is_valid(i).then(|| a.value(i))
@@ -179,16 +179,22 @@ struct Fold {
 
 impl Fold {
     /// The attempts of the jobs of ISO week `week` (a job's week is its first attempt's) in
-    /// `batches`, `job_attempt`'s [`COLUMNS`] in (job_id, attempt_no) order.
+    /// `batches`: `week_attempt`'s `iso_week` and the [`COLUMNS`] of `job_attempt`.
     fn of(batches: &[RecordBatch], week: &str, prices: &PricesConfig) -> Result<Fold> {
-        let jobs = crate::derived::job_week::first_starts(batches)?;
-        let mut weeks = crate::derived::job_week::WeekCache::default();
-        let (mut jobs, mut left, mut keep) = (jobs.iter(), 0usize, false);
         let mut fold = Fold::default();
         // idem_key → its artifacts, borrowed from the batches: no string is copied.
         let mut landed: HashMap<&str, Landed<'_>> = HashMap::default();
         for b in batches {
             let c = |name| crate::tables::job_attempt::column(b, name);
+            let weeks = c("iso_week")?
+                .as_dictionary_opt::<Int32Type>()
+                .ok_or_else(|| Error::Internal("cost: iso_week is not a dictionary".into()))?;
+            // The week's key in this batch's dictionary; a batch without it holds none of its jobs.
+            let labels = weeks.values().as_string::<i32>();
+            let Some(key) = (0..labels.len()).find(|&k| labels.value(k) == week) else {
+                continue;
+            };
+            let (keys, key) = (weeks.keys(), key as i32);
             let (idem, lane, artifact) = (
                 c("idem_key")?.as_string::<i32>(),
                 c("lane")?.as_string::<i32>(),
@@ -204,14 +210,7 @@ impl Fold {
                 c("tokens_out")?.as_primitive::<Int64Type>(),
             );
             for i in 0..b.num_rows() {
-                if left == 0 {
-                    let job = jobs
-                        .next()
-                        .ok_or_else(|| Error::Internal("cost: more attempts than jobs".into()))?;
-                    (left, keep) = (job.attempts, weeks.week(job.first_start).label == week);
-                }
-                left -= 1;
-                if !keep {
+                if keys.value(i) != key {
                     continue;
                 }
                 let (lane, model, attrs) = (opt(lane, i).unwrap_or_default(), opt(model, i), opt(attrs, i));
@@ -459,7 +458,10 @@ impl Session {
             let (attempts, week_text, folding) = (self.attempts.clone(), week.to_string(), prices.clone());
             // Read from the attempts' cached columns, not through SQL: a week can hold millions of
             // attempts, which a join with job_week would hold whole in the SQL memory pool.
-            let read = self.read_at_floor(move || Fold::of(&attempts.columns(&COLUMNS)?, &week_text, &folding));
+            let weeks = self.week_column.clone();
+            // week_attempt's columns: iso_week (0), then job_attempt's, one further on.
+            let columns: Vec<usize> = std::iter::once(0).chain(COLUMNS.iter().map(|c| c + 1)).collect();
+            let read = self.read_at_floor(move || Fold::of(&weeks.read(&attempts, &columns)?, &week_text, &folding));
             let fold = self.executor.run(move |_| async move { read() }).await?;
             Ok(week_cost(week, fold, &prices))
         })

@@ -155,6 +155,9 @@ pub struct Session {
     pub(crate) attempts: Arc<job_attempt::AttemptCache>,
     /// `idem_artifacts`, kept up to date from the rows each write changed.
     idem_artifacts: Arc<idem_artifacts::IdemArtifactsMemo>,
+    /// `week_attempt`'s `iso_week`, kept by chunk: also what the cost fold picks a week's
+    /// attempts by.
+    pub(crate) week_column: Arc<week_attempt::WeekColumn>,
     /// The threads user SQL is planned and run on, apart from the caller's ([`Executor`]).
     pub(crate) executor: Executor,
     /// "Now" for telling a week in progress ([`Session::now_micros`]): `None` is the wall clock.
@@ -288,8 +291,9 @@ impl Session {
         }));
         ctx.register_table("job_attempt", Arc::new(job_attempt_table))?;
         // The same arrays with each job's ISO week in front.
+        let week_column = Arc::new(week_attempt::WeekColumn::default());
         let week_attempt_table = LedgerTable::projected(week_attempt::schema(), ledger.clone(), {
-            let (attempts, weeks) = (attempts.clone(), Arc::new(week_attempt::WeekColumn::default()));
+            let (attempts, weeks) = (attempts.clone(), week_column.clone());
             Arc::new(move |_: &Ledger, columns: &[usize]| weeks.read(&attempts, columns))
         })
         .sorted_by(&["job_id", "attempt_no"]);
@@ -324,6 +328,7 @@ impl Session {
             memo: Arc::default(),
             attempts,
             idem_artifacts: idem_memo,
+            week_column,
             executor: Executor::per_core()?,
             now: match std::env::var(NOW_ENV) {
                 Ok(v) => Some(

@@ -6,8 +6,9 @@
 //!   completed an attempt of (a late attempt can move its job's ISO week, which every row naming
 //!   the job carries).
 //! - `pool_overload_episode` by pool ([`ByGroup::pool_episodes`]): a pool's episodes come from its
-//!   keys' 1305 refusals and its count of keys. An episode's week is the week it starts, so a
-//!   write touches only the pools of the attempts it inserted or completed.
+//!   keys' 1305 refusals and its count of keys, and from nothing else. An episode's week is the
+//!   week it starts, so a write touches only the pools it gave a 1305 refusal or a key new to
+//!   the pool: most writes touch none, and the pool that holds most attempts is not built again.
 //!
 //! Each chunk of the attempt cache is indexed by group once (kept under the chunk's id, as
 //! [`crate::derived::kept::ByJob`] keeps rows), so a group's rows are gathered without reading
@@ -146,7 +147,10 @@ impl ByGroup {
 
     /// `pool_overload_episode` under `settings`, kept by pool, nothing built yet.
     pub fn pool_episodes(settings: AuditSettings) -> Self {
-        ByGroup::with_rule(Box::new(PoolRule { settings }))
+        ByGroup::with_rule(Box::new(PoolRule {
+            settings,
+            keys: Mutex::default(),
+        }))
     }
 
     fn with_rule(rule: Box<dyn GroupRule>) -> Self {
@@ -300,6 +304,8 @@ impl GroupRule for KeyRule {
 /// reads no other).
 struct PoolRule {
     settings: AuditSettings,
+    /// Each pool's keys at its last build.
+    keys: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl GroupRule for PoolRule {
@@ -311,9 +317,20 @@ impl GroupRule for PoolRule {
         super::text(&c.key_id, i).and(super::text(&c.pool_id, i))
     }
 
-    /// The pools of `changes`.
+    /// The pools `changes` gave a 1305 refusal (new, or completed: its time may move) or a key
+    /// they did not have: nothing else changes a pool's episodes (set fields never change).
     fn touched(&self, _chunks: &Chunks, changes: &[StoredAttempt]) -> HashSet<String> {
-        changes.iter().filter_map(|r| r.attempt.pool_id.clone()).collect()
+        let known = crate::engine::cache_lock::lock_or_reset(&self.keys, HashMap::new);
+        changes
+            .iter()
+            .filter_map(|r| {
+                let a = &r.attempt;
+                let (pool, key) = (a.pool_id.as_deref()?, a.key_id.as_deref()?);
+                let refusal = a.provider_code == Some(laneledger_store::policy::refusal::ZAI_OVERLOAD);
+                let new_key = !known.get(pool).is_some_and(|keys| keys.contains(key));
+                (refusal || new_key).then(|| pool.to_string())
+            })
+            .collect()
     }
 
     fn build(&self, chunks: &Chunks, pool: &str, rows: &[u32]) -> Result<RecordBatch> {
@@ -327,6 +344,8 @@ impl GroupRule for PoolRule {
                 events.push((c.end(i), key));
             }
         }
+        crate::engine::cache_lock::lock_or_reset(&self.keys, HashMap::new)
+            .insert(pool.to_string(), keys.iter().map(|k| k.to_string()).collect());
         let episodes = super::refusals::pool_episodes(pool, events, keys.len(), &self.settings);
         super::refusals::episode_rows(episodes, &self.settings, None)
     }
