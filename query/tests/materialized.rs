@@ -1072,7 +1072,8 @@ fn key_rest_violation_builds_again_only_the_keys_of_the_jobs_a_write_touched() {
     use laneledger_query::tables::job_attempt::{AttemptCache, scan};
     let (_dir, ledger, _rng, _jobs) = random_ledger(0x6e57_0001, 3_000);
     let cache = AttemptCache::new(ledger.clone());
-    let kept = ByGroup::key_rests(AuditSettings::default());
+    let weeks = std::sync::Arc::new(laneledger_query::derived::week_attempt::WeekColumn::default());
+    let kept = ByGroup::key_rests(AuditSettings::default(), weeks);
     let text = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
         text_rows(&laneledger_query::QueryResult {
             schema: refusals::key_rest_schema(),

@@ -113,8 +113,9 @@ impl WeekColumn {
     }
 
     /// The week column of each of `chunks` (job_id and started_at among their columns, rows in
-    /// (job_id, attempt_no) order across them), `ids[k]` the id of chunk `k`.
-    fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
+    /// (job_id, attempt_no) order across them), `ids[k]` the id of chunk `k`: the whole attempt
+    /// cache, as one read gave it.
+    pub(crate) fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
         let mut own: Vec<Option<Arc<ChunkWeeks>>> = {
             let held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
             ids.iter().map(|id| held.get(id).cloned()).collect()

@@ -4,7 +4,6 @@
 //! One thread a core at most; the caller's thread takes a share, and a single item is built on
 //! it alone.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
@@ -15,48 +14,50 @@ fn workers() -> usize {
 }
 
 /// `f` of each of `items`, in their order, computed on up to one thread a core, each thread
-/// taking the next item not taken yet (items may differ in cost). The first error (in item
-/// order) is returned, once every thread has stopped.
+/// taking the next item not taken yet (items may differ in cost). After an error no item is
+/// started; the error of the lowest item that failed is returned, once every thread has stopped.
 pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Result<R> + Sync) -> Result<Vec<R>> {
     let threads = workers().min(items.len());
     if threads <= 1 {
         return items.iter().map(f).collect();
     }
     let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<Option<Result<R>>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    // Each thread keeps what it computed, with the item's index: no lock between the threads.
     let work = || {
+        let mut done: Vec<(usize, Result<R>)> = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(item) = items.get(i) else { break };
             let r = f(item);
             let failed = r.is_err();
-            if let Ok(mut done) = done.lock() {
-                done[i] = Some(r);
-            }
+            done.push((i, r));
             if failed {
                 // No more items are started; those under way finish.
                 next.store(items.len(), Ordering::Relaxed);
             }
         }
+        done
     };
-    std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(work);
+    let mut done: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut done = work();
+        for other in others {
+            match other.join() {
+                Ok(mut more) => done.append(&mut more),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         }
-        work();
+        done
     });
-    let done = done
-        .into_inner()
-        .map_err(|_| Error::Internal("a parallel build panicked".into()))?;
-    let mut out = Vec::with_capacity(items.len());
-    for r in done {
-        match r {
-            Some(r) => out.push(r?),
-            // Items are taken in order: one left unstarted follows an item that failed.
-            None => return Err(Error::Internal("a parallel build stopped early".into())),
-        }
+    done.sort_unstable_by_key(|(i, _)| *i);
+    // Items left unstarted follow a failure, so either every item is here or an error is.
+    if done.len() < items.len() || done.iter().any(|(_, r)| r.is_err()) {
+        return match done.into_iter().find_map(|(_, r)| r.err()) {
+            Some(e) => Err(e),
+            None => Err(Error::Internal("a parallel build stopped early".into())),
+        };
     }
-    Ok(out)
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// `a()` and `b()` side by side: `b` on another thread when there is more than one core.
@@ -93,6 +94,14 @@ mod tests {
         assert_eq!(
             failed.unwrap_err().to_string(),
             Error::Internal("item 7".into()).to_string()
+        );
+        let late = map(&items, |&i| match i {
+            50 => Err(Error::Internal(format!("item {i}"))),
+            _ => Ok(i),
+        });
+        assert_eq!(
+            late.unwrap_err().to_string(),
+            Error::Internal("item 50".into()).to_string()
         );
         assert!(map(&[] as &[u64], |&i| Ok(i)).unwrap().is_empty());
         assert_eq!(join(|| 1, || "two"), (1, "two"));

@@ -313,6 +313,7 @@ impl Session {
             &ctx,
             &ledger,
             &attempts,
+            &week_column,
             &crate::derived::audits::AuditSettings::from(&config),
         )?;
         // job_rollup, job_week and week_rollup are materialized natively above; the other views

@@ -18,16 +18,19 @@
 //! same order: group by group.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
-use super::refusals::{RestRows, Use, flag_uses};
+use datafusion::arrow::array::{ArrayRef, AsArray, DictionaryArray};
+use datafusion::arrow::datatypes::Int32Type;
+
+use super::refusals::{RestRows, RestUse, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
-use crate::derived::job_week::WeekCache;
+use crate::derived::week_attempt::WeekColumn;
 use crate::error::Result;
 use crate::tables::job_attempt::{AttemptCache, Cursor};
 
@@ -42,11 +45,16 @@ trait GroupRule: Send + Sync {
     fn touched(&self, chunks: &Chunks, changes: &[StoredAttempt]) -> HashSet<String>;
     /// The rows of `group`, every week's, from its rows `rows` (ascending) of `chunks`.
     fn build(&self, chunks: &Chunks, group: &str, rows: &[u32]) -> Result<RecordBatch>;
+    /// Forgets what the rule kept of earlier builds: every group is about to be built again.
+    fn forget(&self) {}
 }
 
 /// A table kept by group (see the module).
 pub struct ByGroup {
     rule: Box<dyn GroupRule>,
+    /// Each row's job's ISO week, for a rule whose rows show it (kept by chunk, shared with
+    /// `week_attempt`).
+    weeks: Option<Arc<WeekColumn>>,
     state: Mutex<Option<State>>,
     /// Groups built so far (a whole build counts every group).
     group_builds: AtomicU64,
@@ -71,10 +79,20 @@ struct Chunks {
     cols: Vec<Columns>,
     /// The first row of each chunk, then the row count.
     starts: Vec<usize>,
+    /// Each chunk's `iso_week` column, when the table reads it ([`ByGroup`]'s `weeks`).
+    weeks: Vec<DictionaryArray<Int32Type>>,
 }
 
 impl Chunks {
-    fn new(batches: &[RecordBatch]) -> Result<Self> {
+    fn new(batches: &[RecordBatch], weeks: &[ArrayRef]) -> Result<Self> {
+        let weeks = weeks
+            .iter()
+            .map(|w| {
+                w.as_dictionary_opt::<Int32Type>()
+                    .cloned()
+                    .ok_or_else(|| crate::Error::Internal("iso_week is not a dictionary".into()))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let cols = batches.iter().map(Columns::of).collect::<Result<Vec<_>>>()?;
         let mut starts = Vec::with_capacity(cols.len() + 1);
         let mut rows = 0;
@@ -83,7 +101,19 @@ impl Chunks {
             rows += c.len();
         }
         starts.push(rows);
-        Ok(Chunks { cols, starts })
+        Ok(Chunks { cols, starts, weeks })
+    }
+
+    /// The ISO week of the job of row `row`. Errors: [`crate::Error::Internal`] for a table that
+    /// does not read weeks.
+    fn week(&self, row: usize) -> Result<&str> {
+        let k = self.starts.partition_point(|&s| s <= row) - 1;
+        let w = self
+            .weeks
+            .get(k)
+            .ok_or_else(|| crate::Error::Internal("a table kept by group read no weeks".into()))?;
+        let key = w.keys().value(row - self.starts[k]);
+        Ok(w.values().as_string::<i32>().value(key as usize))
     }
 
     /// The chunk and its row of row `row`.
@@ -141,8 +171,12 @@ fn index_chunk(rule: &dyn GroupRule, c: &Columns) -> ChunkGroups {
 
 impl ByGroup {
     /// `key_rest_violation` under `settings`, kept by key, nothing built yet.
-    pub fn key_rests(settings: AuditSettings) -> Self {
-        ByGroup::with_rule(Box::new(KeyRule { settings }))
+    /// Its rows show each use's job's ISO week, read from `weeks`.
+    pub fn key_rests(settings: AuditSettings, weeks: Arc<WeekColumn>) -> Self {
+        ByGroup {
+            weeks: Some(weeks),
+            ..ByGroup::with_rule(Box::new(KeyRule { settings }))
+        }
     }
 
     /// `pool_overload_episode` under `settings`, kept by pool, nothing built yet.
@@ -156,6 +190,7 @@ impl ByGroup {
     fn with_rule(rule: Box<dyn GroupRule>) -> Self {
         ByGroup {
             rule,
+            weeks: None,
             state: Mutex::default(),
             group_builds: AtomicU64::new(0),
         }
@@ -172,7 +207,11 @@ impl ByGroup {
         let mut state = crate::engine::cache_lock::lock_or_reset(&self.state, || None);
         let since = state.as_ref().map(|s| s.cursor);
         let (batches, ids, cursor, changes) = attempts.chunks_since(&COLUMNS, since)?;
-        let chunks = Chunks::new(&batches)?;
+        let weeks = match &self.weeks {
+            Some(w) => w.weeks(&batches, &ids)?,
+            None => Vec::new(),
+        };
+        let chunks = Chunks::new(&batches, &weeks)?;
         let mut held = state.take();
         // The index of the chunks read: a chunk seen before keeps its own.
         let mut index: HashMap<u64, ChunkGroups> = HashMap::with_capacity(ids.len());
@@ -215,6 +254,9 @@ impl ByGroup {
     /// Builds the rows of `groups` (every group when `None`) into `state.rows` from `chunks`
     /// (chunk ids `ids`, indexed in `state.index`).
     fn build(&self, chunks: &Chunks, ids: &[u64], state: &mut State, groups: Option<&HashSet<String>>) -> Result<()> {
+        if groups.is_none() {
+            self.rule.forget();
+        }
         let mut rows: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (k, id) in ids.iter().enumerate() {
             for (group, in_chunk) in &state.index[id] {
@@ -272,26 +314,22 @@ impl GroupRule for KeyRule {
                 }
             })
             .collect();
-        let mut weeks = WeekCache::default();
         let mut flagged = Vec::new();
         flag_uses(&mut uses, &self.settings, |row, r| flagged.push((row, r)));
         let mut out = RestRows::with_capacity(flagged.len());
         for (row, r) in flagged {
             let (c, i) = chunks.at(row as usize);
             let (rc, ri) = chunks.at(r.refused as usize);
-            // The job's ISO week: the week of its first attempt's start.
-            let (from, to) = chunks.job_rows(row as usize);
-            let first = (from..to)
-                .map(|j| {
-                    let (c, i) = chunks.at(j);
-                    c.started_at.value(i)
-                })
-                .min()
-                .unwrap_or_else(|| c.started_at.value(i));
-            let a = c.get(i, row as usize);
+            let used = RestUse {
+                key_id: super::text(&c.key_id, i),
+                pool_id: super::text(&c.pool_id, i),
+                job_id: c.job_id.value(i),
+                attempt_no: c.attempt_no.value(i) as u32,
+                started_at: c.started_at.value(i),
+            };
             out.push(
-                &weeks.week(first).label,
-                &a,
+                chunks.week(row as usize)?,
+                &used,
                 (rc.job_id.value(ri), rc.attempt_no.value(ri) as u32),
                 &r,
             );
@@ -348,6 +386,11 @@ impl GroupRule for PoolRule {
             .insert(pool.to_string(), keys.iter().map(|k| k.to_string()).collect());
         let episodes = super::refusals::pool_episodes(pool, events, keys.len(), &self.settings);
         super::refusals::episode_rows(episodes, &self.settings, None)
+    }
+
+    /// Drops the keys of pools a sweep may have emptied.
+    fn forget(&self) {
+        crate::engine::cache_lock::lock_or_reset(&self.keys, HashMap::new).clear();
     }
 }
 

@@ -617,25 +617,29 @@ impl Kept {
         let since = twice.as_ref().map(|t| t.cursor);
         // One read for both parts, so that they see the same attempts.
         let (chunks, ids, cursor, changes) = attempts.chunks_since(&COLUMNS, since)?;
-        let kept = match (twice.as_mut(), changes) {
-            (Some(t), Some(changes)) => t.fold(&changes),
-            _ => false,
+        // What is kept, brought up to date by the rows written since; nothing when it cannot be.
+        let held = match (twice.take(), changes) {
+            (Some(mut t), Some(changes)) => t.fold(&changes).then(|| {
+                t.cursor = cursor;
+                t
+            }),
+            _ => None,
         };
         // The two parts side by side when both are built.
         let (jobs, built) = crate::engine::parallel::join(
             || self.jobs.rows_of(&chunks, &ids),
-            || (!kept).then(|| Twice::build(&chunks, cursor)).transpose(),
+            || match held {
+                Some(t) => Ok(t),
+                None => {
+                    self.twice_builds.fetch_add(1, Ordering::Relaxed);
+                    Twice::build(&chunks, cursor)
+                }
+            },
         );
-        match (built?, twice.as_mut()) {
-            (Some(built), _) => {
-                self.twice_builds.fetch_add(1, Ordering::Relaxed);
-                *twice = Some(built);
-            }
-            (None, Some(t)) => t.cursor = cursor,
-            (None, None) => return Err(crate::Error::Internal("data_quality kept nothing to keep".into())),
-        }
+        let built = built?;
         let mut out = jobs?;
-        out.push(twice.as_ref().expect("just set").rows.clone());
+        out.push(built.rows.clone());
+        *twice = Some(built);
         drop(twice);
         if let Some(w) = week {
             out = crate::derived::kept::rows_where(&out, 0, w)?;

@@ -487,6 +487,7 @@ pub fn register(
     ctx: &SessionContext,
     ledger: &Ledger,
     attempts: &Arc<AttemptCache>,
+    weeks: &Arc<crate::derived::week_attempt::WeekColumn>,
     settings: &AuditSettings,
 ) -> Result<()> {
     for Audit {
@@ -519,7 +520,7 @@ pub fn register(
                 )
             }
             Kept::ByKey => {
-                let table = Arc::new(by_group::ByGroup::key_rests(settings.clone()));
+                let table = Arc::new(by_group::ByGroup::key_rests(settings.clone(), weeks.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
                     Arc::new(move |_: &Ledger| all.rows(&attempts, None)),

@@ -193,7 +193,14 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>
     let mut out = RestRows::with_capacity(flagged.len());
     for (row, r) in flagged {
         let (a, refused) = (snap.get(row as usize), snap.get(r.refused as usize));
-        out.push(snap.week(a.row), &a, (refused.job_id, refused.attempt_no), &r);
+        let used = RestUse {
+            key_id: a.key_id,
+            pool_id: a.pool_id,
+            job_id: a.job_id,
+            attempt_no: a.attempt_no,
+            started_at: a.started_at,
+        };
+        out.push(snap.week(a.row), &used, (refused.job_id, refused.attempt_no), &r);
     }
     out.finish()
 }
@@ -252,6 +259,15 @@ pub(super) fn flag_uses(uses: &mut [Use], s: &AuditSettings, mut flagged: impl F
 }
 
 /// `key_rest_violation` rows being built.
+/// The fields of a key's use that a rest row shows.
+pub(super) struct RestUse<'a> {
+    pub(super) key_id: Option<&'a str>,
+    pub(super) pool_id: Option<&'a str>,
+    pub(super) job_id: &'a str,
+    pub(super) attempt_no: u32,
+    pub(super) started_at: i64,
+}
+
 pub(super) struct RestRows {
     week: StringBuilder,
     key_id: StringBuilder,
@@ -295,7 +311,7 @@ impl RestRows {
 
     /// The row of use `a`, of a job of ISO week `week`, inside rest `r` after the refusal of
     /// attempt `refused` (job_id, attempt_no).
-    pub(super) fn push(&mut self, week: &str, a: &AuditAttempt<'_>, refused: (&str, u32), r: &Rest) {
+    pub(super) fn push(&mut self, week: &str, a: &RestUse<'_>, refused: (&str, u32), r: &Rest) {
         self.week.append_value(week);
         self.key_id.append_option(a.key_id);
         self.pool_id.append_option(a.pool_id);
