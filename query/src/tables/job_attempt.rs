@@ -473,17 +473,19 @@ const CHUNK_ROWS_MAX: usize = 2 * BATCH_ROWS;
 
 impl Cached {
     /// Takes `batches` (of `columns`, in that order), read at chain position `position`, as
-    /// this generation's arrays of those columns.
+    /// this generation's arrays of those columns. When columns are held, `batches` must hold their
+    /// rows in the same chunks (a scan at the held position): the chunks keep their ids, so that
+    /// the tables kept by chunk id keep what they built from them.
     fn keep(&mut self, columns: &[usize], batches: &[RecordBatch], position: u64) {
         if self.columns.is_empty() {
             // A new reading: merges logged before do not lead to these rows.
             self.epoch = next_chunk_id();
             self.log.clear();
             self.log_dropped = 0;
+            self.chunk_ids = batches.iter().map(|_| next_chunk_id()).collect();
         }
         self.position = position;
         self.chunk_rows = batches.iter().map(RecordBatch::num_rows).collect();
-        self.chunk_ids = batches.iter().map(|_| next_chunk_id()).collect();
         for (i, &c) in columns.iter().enumerate() {
             self.columns
                 .insert(c, batches.iter().map(|b| b.column(i).clone()).collect());
@@ -969,6 +971,26 @@ pub(crate) mod tests {
         assert_ne!(c.chunk_ids[1], ids[1]);
         assert_eq!(chunks(&c)[1].first(), Some(&("d".to_string(), 2, 70)));
         assert_eq!(c.chunk_rows, [5, 6]);
+    }
+
+    #[test]
+    fn columns_scanned_into_the_same_chunks_keep_the_chunk_ids() {
+        // A second scan at the held position, cut as the held chunks are: the chunks hold the
+        // same rows, so the tables kept by chunk id must not build them again.
+        let mut c = cached(&[&[("b", 1), ("d", 1)], &[("f", 1)]]);
+        let rows = [stored("b", 1, 11), stored("d", 1, 12), stored("f", 1, 13)];
+        let wanted = [0, 2, 8];
+        let scan = [batch(&rows[..2], &wanted), batch(&rows[2..], &wanted)];
+        let (ids, epoch, position) = (c.chunk_ids.clone(), c.epoch, c.position);
+        c.keep(&wanted, &scan, position);
+        assert_eq!(c.chunk_ids, ids);
+        assert_eq!(c.epoch, epoch);
+        assert_eq!(c.columns[&8].len(), 2);
+        // Nothing held: a new reading, with new ids.
+        let mut fresh = Cached::default();
+        fresh.keep(&wanted, &scan, position);
+        assert_eq!(fresh.chunk_ids.len(), 2);
+        assert!(fresh.chunk_ids.iter().all(|id| !ids.contains(id)));
     }
 
     #[test]
