@@ -4,7 +4,8 @@
 //! - `key_rest_violation` by key ([`ByGroup::key_rests`]): a key's rests follow its every use,
 //!   whatever job made it. A write touches the keys of every attempt of each job it inserted or
 //!   completed an attempt of (a late attempt can move its job's ISO week, which every row naming
-//!   the job carries).
+//!   the job carries). The week of each use's job is read from `week_attempt`'s kept week column,
+//!   not worked out again per row.
 //! - `pool_overload_episode` by pool ([`ByGroup::pool_episodes`]): a pool's episodes come from its
 //!   keys' 1305 refusals and its count of keys, and from nothing else. An episode's week is the
 //!   week it starts, so a write touches only the pools it gave a 1305 refusal or a key new to
@@ -21,12 +22,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, RecordBatch};
+use datafusion::arrow::datatypes::{Int32Type, SchemaRef};
 use laneledger_store::StoredAttempt;
-
-use datafusion::arrow::array::{ArrayRef, AsArray, DictionaryArray};
-use datafusion::arrow::datatypes::Int32Type;
 
 use super::refusals::{RestRows, RestUse, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
@@ -170,8 +168,8 @@ fn index_chunk(rule: &dyn GroupRule, c: &Columns) -> ChunkGroups {
 }
 
 impl ByGroup {
-    /// `key_rest_violation` under `settings`, kept by key, nothing built yet.
-    /// Its rows show each use's job's ISO week, read from `weeks`.
+    /// `key_rest_violation` under `settings`, kept by key, nothing built yet; each use's job's
+    /// ISO week is read from `weeks`.
     pub fn key_rests(settings: AuditSettings, weeks: Arc<WeekColumn>) -> Self {
         ByGroup {
             weeks: Some(weeks),

@@ -258,7 +258,6 @@ pub(super) fn flag_uses(uses: &mut [Use], s: &AuditSettings, mut flagged: impl F
     }
 }
 
-/// `key_rest_violation` rows being built.
 /// The fields of a key's use that a rest row shows.
 pub(super) struct RestUse<'a> {
     pub(super) key_id: Option<&'a str>,
@@ -268,6 +267,7 @@ pub(super) struct RestUse<'a> {
     pub(super) started_at: i64,
 }
 
+/// `key_rest_violation` rows being built.
 pub(super) struct RestRows {
     week: StringBuilder,
     key_id: StringBuilder,
