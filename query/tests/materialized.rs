@@ -1004,7 +1004,9 @@ fn data_quality_builds_its_artifacts_reported_twice_again_only_for_a_write_that_
     use laneledger_query::tables::job_attempt::{AttemptCache, scan};
     let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x0da7_a0a1, 3_000);
     let cache = AttemptCache::new(ledger.clone());
-    let kept = Kept::new();
+    let kept = Kept::new(std::sync::Arc::new(
+        laneledger_query::derived::week_attempt::WeekColumn::default(),
+    ));
     let check = |when: &str| {
         for week in [None, Some("2026-W46"), Some("2026-W47")] {
             let got = kept.rows(&ledger, &cache, week).unwrap();

@@ -25,8 +25,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimestampMicrosecondType};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, TimestampMicrosecondType,
+};
 use datafusion::common::HashMap;
 use laneledger_store::{Ledger, format_timestamp};
 
@@ -40,6 +44,7 @@ use laneledger_store::StoredAttempt;
 use super::rows::{int, text};
 use crate::derived::job_week::{WeekCache, first_starts};
 use crate::derived::kept::ByJob;
+use crate::derived::week_attempt::WeekColumn;
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache, Cursor};
 
@@ -329,7 +334,6 @@ fn job_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec<Find
 /// `ok` attempts reported too, in job order: every week's, or (`week`) one ISO week's. The first
 /// report of an artifact is looked for in every week.
 fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec<Finding>> {
-    let cols = attempts.iter().map(Cols::of).collect::<Result<Vec<_>>>()?;
     let jobs = first_starts(attempts)?;
     let (job_weeks, labels) = job_weeks(&jobs);
     // Each row's job's week, in row order.
@@ -338,15 +342,46 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
         .zip(&job_weeks)
         .flat_map(|(j, &w)| std::iter::repeat_n(w, j.attempts))
         .collect();
-    let in_week = |row: usize| week.is_none_or(|x| x == labels[row_weeks[row] as usize]);
+    drop(jobs);
+    artifact_findings_by(attempts, week, |_, _, row| &labels[row_weeks[row] as usize])
+}
+
+/// [`artifact_findings`] of every week, the week of each row's job read from `weeks`, the
+/// `iso_week` column of `week_attempt` for each of `attempts`' chunks.
+fn artifact_findings_of_weeks(attempts: &[RecordBatch], weeks: &[ArrayRef]) -> Result<Vec<Finding>> {
+    let weeks = weeks
+        .iter()
+        .map(|w| {
+            w.as_dictionary_opt::<Int32Type>()
+                .ok_or_else(|| crate::Error::Internal("iso_week is not a dictionary".into()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if weeks.len() != attempts.len() {
+        return Err(crate::Error::Internal("a week column for each chunk".into()));
+    }
+    let labels: Vec<&StringArray> = weeks.iter().map(|w| w.values().as_string::<i32>()).collect();
+    artifact_findings_by(attempts, None, |k, i, _| {
+        labels[k].value(weeks[k].keys().value(i) as usize)
+    })
+}
+
+/// [`artifact_findings`], with `week_of(chunk, row in the chunk, row)` the ISO week of the
+/// row's job.
+fn artifact_findings_by<'w>(
+    attempts: &[RecordBatch],
+    week: Option<&str>,
+    week_of: impl Fn(usize, usize, usize) -> &'w str,
+) -> Result<Vec<Finding>> {
+    let cols = attempts.iter().map(Cols::of).collect::<Result<Vec<_>>>()?;
+    let in_week = |k: usize, i: usize, row: usize| week.is_none_or(|x| x == week_of(k, i, row));
     let mut out: Vec<Finding> = Vec::new();
     // The artifacts reported in the week asked for: the only ones whose first report is needed.
     let wanted: Option<datafusion::common::HashSet<&str>> = week.map(|_| {
         let mut wanted = datafusion::common::HashSet::default();
         let mut row = 0usize;
-        for c in &cols {
+        for (k, c) in cols.iter().enumerate() {
             for i in 0..c.job_id.len() {
-                if in_week(row)
+                if in_week(k, i, row)
                     && let Some(art) = c.artifact(i)
                 {
                     wanted.insert(art);
@@ -382,9 +417,9 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
     }
 
     let mut row = 0usize;
-    for c in &cols {
+    for (k, c) in cols.iter().enumerate() {
         for i in 0..c.job_id.len() {
-            if in_week(row)
+            if in_week(k, i, row)
                 && c.is_ok(i)
                 && let Some(art) = c.artifact(i)
                 && let Some(((_, first_row, first_job, first_no), n)) = first.get(art)
@@ -393,7 +428,7 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
             {
                 let tokens = Cols::int(c.tokens_in, i).unwrap_or(0) + Cols::int(c.tokens_out, i).unwrap_or(0);
                 out.push(Finding {
-                    week: labels[row_weeks[row] as usize].clone(),
+                    week: week_of(k, i, row).to_string(),
                     kind: "artifact_reported_twice",
                     job_id: Some(c.job_id.value(i).to_string()),
                     attempt_no: Some(c.attempt_no.value(i)),
@@ -511,6 +546,8 @@ fn to_batch(out: &[Finding]) -> Result<RecordBatch> {
 /// read.
 pub struct Kept {
     jobs: ByJob,
+    /// Each attempt's job's ISO week (kept by chunk, shared with `week_attempt`).
+    weeks: Arc<WeekColumn>,
     twice: Mutex<Option<Twice>>,
     /// Builds of the artifacts reported twice from every attempt, so far.
     twice_builds: AtomicU64,
@@ -531,8 +568,8 @@ struct Twice {
 
 impl Twice {
     /// The rows of `attempts` (whole jobs, in job order), standing at `cursor`.
-    fn build(attempts: &[RecordBatch], cursor: Cursor) -> Result<Twice> {
-        let rows = artifact_findings(attempts, None)?;
+    fn build(attempts: &[RecordBatch], weeks: &[ArrayRef], cursor: Cursor) -> Result<Twice> {
+        let rows = artifact_findings_of_weeks(attempts, weeks)?;
         let hasher = RandomState::new();
         let jobs = rows
             .iter()
@@ -582,16 +619,11 @@ impl Twice {
     }
 }
 
-impl Default for Kept {
-    fn default() -> Self {
-        Kept::new()
-    }
-}
-
 impl Kept {
-    /// The table, nothing built yet.
-    pub fn new() -> Self {
+    /// The table, nothing built yet; each attempt's job's ISO week is read from `weeks`.
+    pub fn new(weeks: Arc<WeekColumn>) -> Self {
         Kept {
+            weeks,
             jobs: ByJob::new(
                 schema(),
                 &COLUMNS,
@@ -632,7 +664,7 @@ impl Kept {
                 Some(t) => Ok(t),
                 None => {
                     self.twice_builds.fetch_add(1, Ordering::Relaxed);
-                    Twice::build(&chunks, cursor)
+                    Twice::build(&chunks, &self.weeks.weeks(&chunks, &ids)?, cursor)
                 }
             },
         );

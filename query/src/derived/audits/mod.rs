@@ -550,7 +550,7 @@ pub fn register(
         ctx.register_table(name, Arc::new(table))?;
     }
     // data_quality also reads the conflicts and rejects the ledger keeps.
-    let kept = Arc::new(data_quality::Kept::new());
+    let kept = Arc::new(data_quality::Kept::new(weeks.clone()));
     let (all, one, all_attempts, week_attempts) = (kept.clone(), kept, attempts.clone(), attempts.clone());
     let read: ReadFn = Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None));
     let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| one.rows(l, &week_attempts, Some(week)));
