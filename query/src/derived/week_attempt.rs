@@ -112,10 +112,25 @@ impl WeekColumn {
         Ok(out)
     }
 
+    /// The week of each row of `chunks` (as [`WeekColumn::weeks`] takes them), to look up row by
+    /// row: for the derived tables whose rows show their job's week.
+    pub(crate) fn labels(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<RowWeeks> {
+        let weeks = self
+            .weeks(chunks, ids)?
+            .iter()
+            .map(|w| {
+                w.as_dictionary_opt::<Int32Type>()
+                    .cloned()
+                    .ok_or_else(|| Error::Internal("iso_week is not a dictionary".into()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RowWeeks { weeks })
+    }
+
     /// The week column of each of `chunks` (job_id and started_at among their columns, rows in
     /// (job_id, attempt_no) order across them), `ids[k]` the id of chunk `k`: the whole attempt
     /// cache, as one read gave it.
-    pub(crate) fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
+    fn weeks(&self, chunks: &[RecordBatch], ids: &[u64]) -> Result<Vec<ArrayRef>> {
         let mut own: Vec<Option<Arc<ChunkWeeks>>> = {
             let held = crate::engine::cache_lock::lock_or_reset(&self.kept, HashMap::new);
             ids.iter().map(|id| held.get(id).cloned()).collect()
@@ -161,6 +176,27 @@ impl WeekColumn {
             .zip(first_start)
             .map(|(w, (first, last))| mended(w, first, last))
             .collect()
+    }
+}
+
+/// Each row's job's ISO week, chunk by chunk ([`WeekColumn::labels`]).
+pub(crate) struct RowWeeks {
+    weeks: Vec<DictionaryArray<Int32Type>>,
+}
+
+impl RowWeeks {
+    /// How many chunks' weeks are held.
+    pub(crate) fn chunks(&self) -> usize {
+        self.weeks.len()
+    }
+
+    /// The week of row `i` of chunk `k`. Errors: [`Error::Internal`] past the chunks read.
+    pub(crate) fn get(&self, k: usize, i: usize) -> Result<&str> {
+        let w = self
+            .weeks
+            .get(k)
+            .ok_or_else(|| Error::Internal(format!("no week column for chunk {k}")))?;
+        Ok(w.values().as_string::<i32>().value(w.keys().value(i) as usize))
     }
 }
 

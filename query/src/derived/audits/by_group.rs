@@ -22,13 +22,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, RecordBatch};
-use datafusion::arrow::datatypes::{Int32Type, SchemaRef};
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
 use super::refusals::{RestRows, RestUse, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
-use crate::derived::week_attempt::WeekColumn;
+use crate::derived::week_attempt::{RowWeeks, WeekColumn};
 use crate::error::Result;
 use crate::tables::job_attempt::{AttemptCache, Cursor};
 
@@ -77,20 +77,12 @@ struct Chunks {
     cols: Vec<Columns>,
     /// The first row of each chunk, then the row count.
     starts: Vec<usize>,
-    /// Each chunk's `iso_week` column, when the table reads it ([`ByGroup`]'s `weeks`).
-    weeks: Vec<DictionaryArray<Int32Type>>,
+    /// Each row's job's week, when the table reads it ([`ByGroup`]'s `weeks`).
+    weeks: Option<RowWeeks>,
 }
 
 impl Chunks {
-    fn new(batches: &[RecordBatch], weeks: &[ArrayRef]) -> Result<Self> {
-        let weeks = weeks
-            .iter()
-            .map(|w| {
-                w.as_dictionary_opt::<Int32Type>()
-                    .cloned()
-                    .ok_or_else(|| crate::Error::Internal("iso_week is not a dictionary".into()))
-            })
-            .collect::<Result<Vec<_>>>()?;
+    fn new(batches: &[RecordBatch], weeks: Option<RowWeeks>) -> Result<Self> {
         let cols = batches.iter().map(Columns::of).collect::<Result<Vec<_>>>()?;
         let mut starts = Vec::with_capacity(cols.len() + 1);
         let mut rows = 0;
@@ -106,12 +98,10 @@ impl Chunks {
     /// does not read weeks.
     fn week(&self, row: usize) -> Result<&str> {
         let k = self.starts.partition_point(|&s| s <= row) - 1;
-        let w = self
-            .weeks
-            .get(k)
-            .ok_or_else(|| crate::Error::Internal("a table kept by group read no weeks".into()))?;
-        let key = w.keys().value(row - self.starts[k]);
-        Ok(w.values().as_string::<i32>().value(key as usize))
+        self.weeks
+            .as_ref()
+            .ok_or_else(|| crate::Error::Internal("a table kept by group read no weeks".into()))?
+            .get(k, row - self.starts[k])
     }
 
     /// The chunk and its row of row `row`.
@@ -205,11 +195,8 @@ impl ByGroup {
         let mut state = crate::engine::cache_lock::lock_or_reset(&self.state, || None);
         let since = state.as_ref().map(|s| s.cursor);
         let (batches, ids, cursor, changes) = attempts.chunks_since(&COLUMNS, since)?;
-        let weeks = match &self.weeks {
-            Some(w) => w.weeks(&batches, &ids)?,
-            None => Vec::new(),
-        };
-        let chunks = Chunks::new(&batches, &weeks)?;
+        let weeks = self.weeks.as_ref().map(|w| w.labels(&batches, &ids)).transpose()?;
+        let chunks = Chunks::new(&batches, weeks)?;
         let mut held = state.take();
         // The index of the chunks read: a chunk seen before keeps its own.
         let mut index: HashMap<u64, ChunkGroups> = HashMap::with_capacity(ids.len());

@@ -25,12 +25,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
-use datafusion::arrow::datatypes::{
-    DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, TimestampMicrosecondType,
-};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimestampMicrosecondType};
 use datafusion::common::HashMap;
 use laneledger_store::{Ledger, format_timestamp};
 
@@ -44,7 +40,7 @@ use laneledger_store::StoredAttempt;
 use super::rows::{int, text};
 use crate::derived::job_week::{WeekCache, first_starts};
 use crate::derived::kept::ByJob;
-use crate::derived::week_attempt::WeekColumn;
+use crate::derived::week_attempt::{RowWeeks, WeekColumn};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache, Cursor};
 
@@ -346,22 +342,14 @@ fn artifact_findings(attempts: &[RecordBatch], week: Option<&str>) -> Result<Vec
     artifact_findings_by(attempts, week, |_, _, row| &labels[row_weeks[row] as usize])
 }
 
-/// [`artifact_findings`] of every week, the week of each row's job read from `weeks`, the
-/// `iso_week` column of `week_attempt` for each of `attempts`' chunks.
-fn artifact_findings_of_weeks(attempts: &[RecordBatch], weeks: &[ArrayRef]) -> Result<Vec<Finding>> {
-    let weeks = weeks
-        .iter()
-        .map(|w| {
-            w.as_dictionary_opt::<Int32Type>()
-                .ok_or_else(|| crate::Error::Internal("iso_week is not a dictionary".into()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if weeks.len() != attempts.len() {
+/// [`artifact_findings`] of every week, the week of each row's job read from `weeks` (those of
+/// `attempts`' chunks).
+fn artifact_findings_of_weeks(attempts: &[RecordBatch], weeks: &RowWeeks) -> Result<Vec<Finding>> {
+    if weeks.chunks() != attempts.len() {
         return Err(crate::Error::Internal("a week column for each chunk".into()));
     }
-    let labels: Vec<&StringArray> = weeks.iter().map(|w| w.values().as_string::<i32>()).collect();
     artifact_findings_by(attempts, None, |k, i, _| {
-        labels[k].value(weeks[k].keys().value(i) as usize)
+        weeks.get(k, i).expect("a week column for each chunk, checked above")
     })
 }
 
@@ -568,7 +556,7 @@ struct Twice {
 
 impl Twice {
     /// The rows of `attempts` (whole jobs, in job order), standing at `cursor`.
-    fn build(attempts: &[RecordBatch], weeks: &[ArrayRef], cursor: Cursor) -> Result<Twice> {
+    fn build(attempts: &[RecordBatch], weeks: &RowWeeks, cursor: Cursor) -> Result<Twice> {
         let rows = artifact_findings_of_weeks(attempts, weeks)?;
         let hasher = RandomState::new();
         let jobs = rows
@@ -664,7 +652,7 @@ impl Kept {
                 Some(t) => Ok(t),
                 None => {
                     self.twice_builds.fetch_add(1, Ordering::Relaxed);
-                    Twice::build(&chunks, &self.weeks.weeks(&chunks, &ids)?, cursor)
+                    Twice::build(&chunks, &self.weeks.labels(&chunks, &ids)?, cursor)
                 }
             },
         );
