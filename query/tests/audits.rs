@@ -117,7 +117,7 @@ fn refusal(job: &str, no: u32, start_s: i64, key: &str, pool: &str, code: &str) 
         start_s,
         1,
         "retryable",
-        &format!(r#","http_status":429{code},"key_id":"{key}","pool_id":"{pool}""#),
+        &format!(r#","http_status":429{code},"key_id":"{key}","pool_id":"{pool}","model":"model-{key}""#),
     )
 }
 
@@ -198,40 +198,41 @@ async fn key_refusal_audits_name_each_lapse() {
     .await;
     check(
         &s,
-        "SELECT job_id, attempt_no, key_id, previous_attempt_no, previous_kind, previous_provider_code FROM same_key_retry",
+        "SELECT job_id, attempt_no, key_id, previous_attempt_no, previous_kind, previous_provider_code, model FROM same_key_retry",
         &[
-            "+--------+------------+--------+---------------------+---------------+------------------------+",
-            "| job_id | attempt_no | key_id | previous_attempt_no | previous_kind | previous_provider_code |",
-            "+--------+------------+--------+---------------------+---------------+------------------------+",
-            "| bee    | 2          | key-9  | 1                   | transient     | 1305                   |",
-            "+--------+------------+--------+---------------------+---------------+------------------------+",
+            "+--------+------------+--------+---------------------+---------------+------------------------+-------------+",
+            "| job_id | attempt_no | key_id | previous_attempt_no | previous_kind | previous_provider_code | model       |",
+            "+--------+------------+--------+---------------------+---------------+------------------------+-------------+",
+            "| bee    | 2          | key-9  | 1                   | transient     | 1305                   | model-key-9 |",
+            "+--------+------------+--------+---------------------+---------------+------------------------+-------------+",
         ],
     )
     .await;
     // bee #1 ends at 1 s: rests 15 s until 16 s; attempt 2 starts at 5 s, 11 s early.
-    // quota ends at 1 s: closed 1,800 s until 1,801 s; key-q used at 601 s, 1,200 s early.
+    // quota ends at 1 s: closed 1,800 s until 1,801 s; key-q used at 601 s, 1,200 s early. Each
+    // row names the model of the use (later's attempt names none).
     check(
         &s,
-        "SELECT key_id, job_id, attempt_no, rest, refused_job_id, refused_kind, strikes, rest_s, rest_until, early_s FROM key_rest_violation",
+        "SELECT key_id, job_id, attempt_no, rest, refused_job_id, refused_kind, strikes, rest_s, rest_until, early_s, model FROM key_rest_violation",
         &[
-            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
-            "| key_id | job_id | attempt_no | rest       | refused_job_id | refused_kind | strikes | rest_s | rest_until           | early_s |",
-            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
-            "| key-9  | bee    | 2          | rest       | bee            | transient    | 0       | 15     | 2026-11-23T00:00:16Z | 11.0    |",
-            "| key-q  | later  | 1          | long break | quota          | quota        | 0       | 1800   | 2026-11-23T00:30:01Z | 1200.0  |",
-            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+",
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+-------------+",
+            "| key_id | job_id | attempt_no | rest       | refused_job_id | refused_kind | strikes | rest_s | rest_until           | early_s | model       |",
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+-------------+",
+            "| key-9  | bee    | 2          | rest       | bee            | transient    | 0       | 15     | 2026-11-23T00:00:16Z | 11.0    | model-key-9 |",
+            "| key-q  | later  | 1          | long break | quota          | quota        | 0       | 1800   | 2026-11-23T00:30:01Z | 1200.0  |             |",
+            "+--------+--------+------------+------------+----------------+--------------+---------+--------+----------------------+---------+-------------+",
         ],
     )
     .await;
     check(
         &s,
-        "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code FROM outcome_mismatch",
+        "SELECT job_id, attempt_no, outcome, error_kind, http_status, provider_code, model FROM outcome_mismatch",
         &[
-            "+--------+------------+-----------+------------+-------------+---------------+",
-            "| job_id | attempt_no | outcome   | error_kind | http_status | provider_code |",
-            "+--------+------------+-----------+------------+-------------+---------------+",
-            "| quota  | 1          | retryable | quota      | 429         | 1308          |",
-            "+--------+------------+-----------+------------+-------------+---------------+",
+            "+--------+------------+-----------+------------+-------------+---------------+-------------+",
+            "| job_id | attempt_no | outcome   | error_kind | http_status | provider_code | model       |",
+            "+--------+------------+-----------+------------+-------------+---------------+-------------+",
+            "| quota  | 1          | retryable | quota      | 429         | 1308          | model-key-q |",
+            "+--------+------------+-----------+------------+-------------+---------------+-------------+",
         ],
     )
     .await;
@@ -453,6 +454,38 @@ async fn one_week_of_an_audit_is_the_whole_audit_cut_to_that_week() {
         got.push((table, counts[0], counts[1]));
     }
     assert_eq!(got, expected);
+
+    // A row that names one attempt carries that attempt's model: row for row what a join back to
+    // the attempts gives (the review's counts by model read it instead of joining).
+    for (table, models) in [
+        ("lane_policy_violation", "free-model"),
+        ("duplicate_reconciliation", "free-model"),
+        ("key_rest_violation", "free-model"),
+    ] {
+        let own = s
+            .query(&format!("SELECT job_id, attempt_no, model FROM {table}"))
+            .await
+            .unwrap();
+        let joined = s
+            .query(&format!(
+                "SELECT t.job_id, t.attempt_no, a.model FROM {table} t \
+                 LEFT JOIN job_attempt a ON a.job_id = t.job_id AND a.attempt_no = t.attempt_no"
+            ))
+            .await
+            .unwrap();
+        assert_eq!(sorted_lines(&own.batches), sorted_lines(&joined.batches), "{table}");
+        let distinct = s
+            .query(&format!(
+                "SELECT string_agg(model, ', ' ORDER BY model) AS m FROM (SELECT DISTINCT model FROM {table})"
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            sorted_lines(&distinct.batches).concat(),
+            format!("| {models} |"),
+            "{table}"
+        );
+    }
 
     // Built for one week, each audit holds only that week's rows: as many as the whole table has
     // in the week, every one labelled with it.

@@ -227,6 +227,7 @@ fn the_two_original_lanes_give_exactly_the_findings_of_before() {
                     provider_code: None,
                     key_id: None,
                     pool_id: None,
+                    model: None,
                 })
                 .collect();
             let now = lane_policy::replay(&attempts, &s);
@@ -258,6 +259,7 @@ fn the_two_original_lanes_give_exactly_the_findings_of_before() {
         provider_code: None,
         key_id: None,
         pool_id: None,
+        model: None,
     };
     let job = [
         a(1, Lane::Free, Outcome::Ambiguous),

@@ -26,7 +26,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
-use super::refusals::{RestRows, RestUse, Use, flag_uses};
+use super::refusals::{Rest, RestRows, RestUse, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
 use crate::derived::week_attempt::{RowWeeks, WeekColumn};
 use crate::error::Result;
@@ -41,8 +41,9 @@ trait GroupRule: Send + Sync {
     /// The groups a write that inserted or completed `changes` (rows in force, read into
     /// `chunks`) touched.
     fn touched(&self, chunks: &Chunks, changes: &[StoredAttempt]) -> HashSet<String>;
-    /// The rows of `group`, every week's, from its rows `rows` (ascending) of `chunks`.
-    fn build(&self, chunks: &Chunks, group: &str, rows: &[u32]) -> Result<RecordBatch>;
+    /// The rows of `group`, every week's, from its rows `rows` (ascending) of `chunks`, in
+    /// batches of at most [`crate::tables::job_attempt::BATCH_ROWS`] rows.
+    fn build(&self, chunks: &Chunks, group: &str, rows: &[u32]) -> Result<Vec<RecordBatch>>;
     /// Forgets what the rule kept of earlier builds: every group is about to be built again.
     fn forget(&self) {}
 }
@@ -258,9 +259,10 @@ impl ByGroup {
         let rows: Vec<(&str, Vec<u32>)> = rows.into_iter().collect();
         self.group_builds.fetch_add(rows.len() as u64, Ordering::Relaxed);
         let built = crate::engine::parallel::map(&rows, |(group, rows)| self.rule.build(chunks, group, rows))?;
-        for ((group, _), batch) in rows.iter().zip(built) {
-            if batch.num_rows() > 0 {
-                state.rows.insert((*group).into(), super::in_chunks(batch)?);
+        for ((group, _), batches) in rows.iter().zip(built) {
+            let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+            if !batches.is_empty() {
+                state.rows.insert((*group).into(), batches);
             }
         }
         Ok(())
@@ -286,7 +288,9 @@ impl GroupRule for KeyRule {
         touched_keys(chunks, changes)
     }
 
-    fn build(&self, chunks: &Chunks, _key: &str, rows: &[u32]) -> Result<RecordBatch> {
+    /// The rows are built a batch at a time, side by side: the busiest key of a large ledger
+    /// flags about a million uses, and one write to it builds them all again.
+    fn build(&self, chunks: &Chunks, _key: &str, rows: &[u32]) -> Result<Vec<RecordBatch>> {
         let mut uses: Vec<Use> = rows
             .iter()
             .map(|&row| {
@@ -301,25 +305,29 @@ impl GroupRule for KeyRule {
             .collect();
         let mut flagged = Vec::new();
         flag_uses(&mut uses, &self.settings, |row, r| flagged.push((row, r)));
-        let mut out = RestRows::with_capacity(flagged.len());
-        for (row, r) in flagged {
-            let (c, i) = chunks.at(row as usize);
-            let (rc, ri) = chunks.at(r.refused as usize);
-            let used = RestUse {
-                key_id: super::text(&c.key_id, i),
-                pool_id: super::text(&c.pool_id, i),
-                job_id: c.job_id.value(i),
-                attempt_no: c.attempt_no.value(i) as u32,
-                started_at: c.started_at.value(i),
-            };
-            out.push(
-                chunks.week(row as usize)?,
-                &used,
-                (rc.job_id.value(ri), rc.attempt_no.value(ri) as u32),
-                &r,
-            );
-        }
-        out.finish()
+        let pieces: Vec<&[(u32, Rest)]> = flagged.chunks(crate::tables::job_attempt::BATCH_ROWS).collect();
+        crate::engine::parallel::map(&pieces, |piece| {
+            let mut out = RestRows::with_capacity(piece.len());
+            for &(row, r) in piece.iter() {
+                let (c, i) = chunks.at(row as usize);
+                let (rc, ri) = chunks.at(r.refused as usize);
+                let used = RestUse {
+                    key_id: super::text(&c.key_id, i),
+                    pool_id: super::text(&c.pool_id, i),
+                    job_id: c.job_id.value(i),
+                    attempt_no: c.attempt_no.value(i) as u32,
+                    started_at: c.started_at.value(i),
+                    model: super::text(&c.model, i),
+                };
+                out.push(
+                    chunks.week(row as usize)?,
+                    &used,
+                    (rc.job_id.value(ri), rc.attempt_no.value(ri) as u32),
+                    &r,
+                );
+            }
+            out.finish()
+        })
     }
 }
 
@@ -356,7 +364,7 @@ impl GroupRule for PoolRule {
             .collect()
     }
 
-    fn build(&self, chunks: &Chunks, pool: &str, rows: &[u32]) -> Result<RecordBatch> {
+    fn build(&self, chunks: &Chunks, pool: &str, rows: &[u32]) -> Result<Vec<RecordBatch>> {
         let mut keys: HashSet<&str> = HashSet::new();
         let mut events: Vec<(i64, &str)> = Vec::new();
         for &row in rows {
@@ -370,7 +378,7 @@ impl GroupRule for PoolRule {
         crate::engine::cache_lock::lock_or_reset(&self.keys, HashMap::new)
             .insert(pool.to_string(), keys.iter().map(|k| k.to_string()).collect());
         let episodes = super::refusals::pool_episodes(pool, events, keys.len(), &self.settings);
-        super::refusals::episode_rows(episodes, &self.settings, None)
+        super::in_chunks(super::refusals::episode_rows(episodes, &self.settings, None)?)
     }
 
     /// Drops the keys of pools a sweep may have emptied.

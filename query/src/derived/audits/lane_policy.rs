@@ -19,7 +19,7 @@ use super::{AuditAttempt, AuditSettings, Snapshot};
 use crate::error::Result;
 
 /// iso_week, job_id, attempt_no, lane, expected_lane, kind (`free_where_paid` |
-/// `paid_where_free`), reason, previous_outcome, free_attempts_before.
+/// `paid_where_free`), reason, previous_outcome, free_attempts_before, model.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("iso_week", DataType::Utf8, false),
@@ -31,6 +31,7 @@ pub fn schema() -> SchemaRef {
         Field::new("reason", DataType::Utf8, false),
         Field::new("previous_outcome", DataType::Utf8, true),
         Field::new("free_attempts_before", DataType::Int64, false),
+        Field::new("model", DataType::Utf8, true),
     ]))
 }
 
@@ -203,6 +204,7 @@ pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<R
         text(v.iter().map(|x| Some(x.reason.as_str()))),
         text(v.iter().map(|x| x.previous_outcome)),
         int(v.iter().map(|x| Some(i64::from(x.free_attempts_before)))),
+        text(v.iter().map(|x| snap.get(x.row).model)),
     ];
     Ok(RecordBatch::try_new(schema(), cols).map_err(datafusion::error::DataFusionError::from)?)
 }

@@ -110,8 +110,8 @@ impl From<&laneledger_store::LaneConfig> for AuditSettings {
 }
 
 /// The `job_attempt` columns the audits read: job_id, idem_key, attempt_no, lane, started_at,
-/// ended_at, outcome, artifact_id, http_status, provider_code, key_id, pool_id.
-pub const COLUMNS: [usize; 12] = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13];
+/// ended_at, outcome, artifact_id, http_status, provider_code, key_id, pool_id, model.
+pub const COLUMNS: [usize; 13] = [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14];
 
 /// One attempt as the audits read it, borrowed from a [`Snapshot`]'s Arrow columns. Times are µs
 /// since the epoch, UTC.
@@ -143,6 +143,8 @@ pub struct AuditAttempt<'a> {
     pub key_id: Option<&'a str>,
     /// `pool_id`.
     pub pool_id: Option<&'a str>,
+    /// `model`.
+    pub model: Option<&'a str>,
 }
 
 /// The text at `i`, or `None` where it is null.
@@ -164,6 +166,7 @@ struct Columns {
     provider_code: Int64Array,
     key_id: StringArray,
     pool_id: StringArray,
+    model: StringArray,
 }
 
 impl Columns {
@@ -182,6 +185,7 @@ impl Columns {
             provider_code: c("provider_code")?.as_primitive::<Int64Type>().clone(),
             key_id: c("key_id")?.as_string::<i32>().clone(),
             pool_id: c("pool_id")?.as_string::<i32>().clone(),
+            model: c("model")?.as_string::<i32>().clone(),
         })
     }
 
@@ -231,6 +235,7 @@ impl Columns {
             provider_code: self.provider_code(i),
             key_id: text(&self.key_id, i),
             pool_id: text(&self.pool_id, i),
+            model: text(&self.model, i),
         }
     }
 }

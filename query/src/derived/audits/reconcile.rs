@@ -17,7 +17,7 @@ use crate::tables::job_attempt::timestamp_type;
 
 /// iso_week, idem_key, artifact_id, job_id, attempt_no, ended_at, first_artifact_id,
 /// first_ended_at, gap_s (seconds), window_s (seconds), class (`reconcilable` |
-/// `window too short` | `open`: no ended_at to compare).
+/// `window too short` | `open`: no ended_at to compare), model (the later artifact's attempt's).
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("iso_week", DataType::Utf8, false),
@@ -31,6 +31,7 @@ pub fn schema() -> SchemaRef {
         Field::new("gap_s", DataType::Float64, true),
         Field::new("window_s", DataType::Float64, false),
         Field::new("class", DataType::Utf8, false),
+        Field::new("model", DataType::Utf8, true),
     ]))
 }
 
@@ -148,6 +149,7 @@ pub fn build(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<R
         float(rows.iter().map(|r| r.gap_s)),
         float(rows.iter().map(|_| Some(s.late_completion_window_s))),
         text(rows.iter().map(|r| Some(r.class))),
+        text(rows.iter().map(|r| snap.get(r.land.3).model)),
     ];
     Ok(RecordBatch::try_new(schema(), cols).map_err(datafusion::error::DataFusionError::from)?)
 }

@@ -56,7 +56,7 @@ pub fn rest_seconds(k: ErrorKind, strikes: u32, s: &AuditSettings) -> u32 {
 // ----- same_key_retry -----------------------------------------------------------------------------
 
 /// iso_week, job_id, attempt_no, key_id, pool_id, previous_attempt_no, previous_kind,
-/// previous_http_status, previous_provider_code.
+/// previous_http_status, previous_provider_code, model.
 pub fn same_key_retry_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         f("iso_week", DataType::Utf8, false),
@@ -68,6 +68,7 @@ pub fn same_key_retry_schema() -> SchemaRef {
         f("previous_kind", DataType::Utf8, false),
         f("previous_http_status", DataType::Int64, true),
         f("previous_provider_code", DataType::Int64, true),
+        f("model", DataType::Utf8, true),
     ]))
 }
 
@@ -99,6 +100,7 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -
             text(rows.iter().map(|r| Some(r.2.as_str()))),
             int(rows.iter().map(|r| r.0.http_status.map(i64::from))),
             int(rows.iter().map(|r| r.0.provider_code.map(i64::from))),
+            text(rows.iter().map(|r| r.1.model)),
         ],
     )
 }
@@ -107,7 +109,8 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -
 
 /// iso_week, key_id, pool_id, job_id, attempt_no, started_at, rest (`rest` | `long break`),
 /// refused_job_id, refused_attempt_no, refused_kind, strikes (transient refusals in a row before
-/// the refusal), rest_s (seconds), rest_until, early_s (seconds before the rest ended).
+/// the refusal), rest_s (seconds), rest_until, early_s (seconds before the rest ended), model (the
+/// use's).
 pub fn key_rest_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         f("iso_week", DataType::Utf8, false),
@@ -124,6 +127,7 @@ pub fn key_rest_schema() -> SchemaRef {
         f("rest_s", DataType::Int64, false),
         f("rest_until", timestamp_type(), false),
         f("early_s", DataType::Float64, false),
+        f("model", DataType::Utf8, true),
     ]))
 }
 
@@ -199,6 +203,7 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>
             job_id: a.job_id,
             attempt_no: a.attempt_no,
             started_at: a.started_at,
+            model: a.model,
         };
         out.push(snap.week(a.row), &used, (refused.job_id, refused.attempt_no), &r);
     }
@@ -265,6 +270,7 @@ pub(super) struct RestUse<'a> {
     pub(super) job_id: &'a str,
     pub(super) attempt_no: u32,
     pub(super) started_at: i64,
+    pub(super) model: Option<&'a str>,
 }
 
 /// `key_rest_violation` rows being built.
@@ -283,6 +289,7 @@ pub(super) struct RestRows {
     rest_s: Int64Builder,
     rest_until: TimestampMicrosecondBuilder,
     early_s: Float64Builder,
+    model: StringBuilder,
 }
 
 impl RestRows {
@@ -306,6 +313,7 @@ impl RestRows {
             rest_s: int(),
             rest_until: time(),
             early_s: Float64Builder::with_capacity(n),
+            model: text(),
         }
     }
 
@@ -330,6 +338,7 @@ impl RestRows {
         self.rest_s.append_value(i64::from(r.rest_s));
         self.rest_until.append_value(r.until);
         self.early_s.append_value((r.until - a.started_at) as f64 / 1e6);
+        self.model.append_option(a.model);
     }
 
     /// The rows, in the order pushed.
@@ -354,6 +363,7 @@ impl RestRows {
                 done_int(&mut self.rest_s),
                 done_ts(&mut self.rest_until),
                 Arc::new(self.early_s.finish()),
+                done(&mut self.model),
             ],
         )
     }
@@ -562,7 +572,7 @@ pub fn attempt_bound_exceeded(snap: &Snapshot, s: &AuditSettings, week: Option<&
 
 // ----- outcome_mismatch ---------------------------------------------------------------------------
 
-/// iso_week, job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason.
+/// iso_week, job_id, attempt_no, outcome, error_kind, http_status, provider_code, reason, model.
 pub fn mismatch_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         f("iso_week", DataType::Utf8, false),
@@ -573,6 +583,7 @@ pub fn mismatch_schema() -> SchemaRef {
         f("http_status", DataType::Int64, true),
         f("provider_code", DataType::Int64, true),
         f("reason", DataType::Utf8, false),
+        f("model", DataType::Utf8, true),
     ]))
 }
 
@@ -613,6 +624,7 @@ pub fn outcome_mismatch(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>)
             int(rows.iter().map(|r| r.0.http_status.map(i64::from))),
             int(rows.iter().map(|r| r.0.provider_code.map(i64::from))),
             text(rows.iter().map(|r| Some(r.3))),
+            text(rows.iter().map(|r| r.0.model)),
         ],
     )
 }
