@@ -972,7 +972,10 @@ async fn key_rest_violations_come_in_the_sections_order_without_a_sort() {
             .batches
             .iter()
             .flat_map(|b: &RecordBatch| {
-                let key = b.column(0).as_string::<i32>();
+                // key_id is a dictionary of the keys.
+                let key = datafusion::arrow::compute::cast(b.column(0), &datafusion::arrow::datatypes::DataType::Utf8)
+                    .unwrap();
+                let key = key.as_string::<i32>();
                 let at = b.column(1).as_primitive::<TimestampMicrosecondType>();
                 let job = b.column(2).as_string::<i32>();
                 let no = b.column(3).as_primitive::<Int64Type>();

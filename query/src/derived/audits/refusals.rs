@@ -13,7 +13,7 @@ use datafusion::common::{HashMap, HashSet};
 use laneledger_store::Outcome;
 use laneledger_store::policy::refusal::{self, ErrorKind, ZAI_OVERLOAD};
 
-use super::rows::{int, text, ts};
+use super::rows::{Labels, int, labels_type, text, ts};
 use super::{AuditAttempt, AuditSettings, Snapshot};
 use crate::error::Result;
 use crate::tables::job_attempt::{error_kind_of, timestamp_type};
@@ -110,24 +110,25 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -
 /// iso_week, key_id, pool_id, job_id, attempt_no, started_at, rest (`rest` | `long break`),
 /// refused_job_id, refused_attempt_no, refused_kind, strikes (transient refusals in a row before
 /// the refusal), rest_s (seconds), rest_until, early_s (seconds before the rest ended), model (the
-/// use's).
+/// use's). At 10 M attempts a busy week holds millions of rows: key_id, pool_id, rest,
+/// refused_kind and model are dictionaries ([`Labels`]).
 pub fn key_rest_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         f("iso_week", DataType::Utf8, false),
-        f("key_id", DataType::Utf8, false),
-        f("pool_id", DataType::Utf8, true),
+        f("key_id", labels_type(), false),
+        f("pool_id", labels_type(), true),
         f("job_id", DataType::Utf8, false),
         f("attempt_no", DataType::Int64, false),
         f("started_at", timestamp_type(), false),
-        f("rest", DataType::Utf8, false),
+        f("rest", labels_type(), false),
         f("refused_job_id", DataType::Utf8, false),
         f("refused_attempt_no", DataType::Int64, false),
-        f("refused_kind", DataType::Utf8, false),
+        f("refused_kind", labels_type(), false),
         f("strikes", DataType::Int64, false),
         f("rest_s", DataType::Int64, false),
         f("rest_until", timestamp_type(), false),
         f("early_s", DataType::Float64, false),
-        f("model", DataType::Utf8, true),
+        f("model", labels_type(), true),
     ]))
 }
 
@@ -276,20 +277,20 @@ pub(super) struct RestUse<'a> {
 /// `key_rest_violation` rows being built.
 pub(super) struct RestRows {
     week: StringBuilder,
-    key_id: StringBuilder,
-    pool_id: StringBuilder,
+    key_id: Labels,
+    pool_id: Labels,
     job_id: StringBuilder,
     attempt_no: Int64Builder,
     started_at: TimestampMicrosecondBuilder,
-    rest: StringBuilder,
+    rest: Labels,
     refused_job_id: StringBuilder,
     refused_attempt_no: Int64Builder,
-    refused_kind: StringBuilder,
+    refused_kind: Labels,
     strikes: Int64Builder,
     rest_s: Int64Builder,
     rest_until: TimestampMicrosecondBuilder,
     early_s: Float64Builder,
-    model: StringBuilder,
+    model: Labels,
 }
 
 impl RestRows {
@@ -298,22 +299,23 @@ impl RestRows {
         let text = || StringBuilder::with_capacity(n, n * 8);
         let int = || Int64Builder::with_capacity(n);
         let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+        let labels = || Labels::with_capacity(n);
         RestRows {
             week: text(),
-            key_id: text(),
-            pool_id: text(),
+            key_id: labels(),
+            pool_id: labels(),
             job_id: text(),
             attempt_no: int(),
             started_at: time(),
-            rest: text(),
+            rest: labels(),
             refused_job_id: text(),
             refused_attempt_no: int(),
-            refused_kind: text(),
+            refused_kind: labels(),
             strikes: int(),
             rest_s: int(),
             rest_until: time(),
             early_s: Float64Builder::with_capacity(n),
-            model: text(),
+            model: labels(),
         }
     }
 
@@ -321,24 +323,24 @@ impl RestRows {
     /// attempt `refused` (job_id, attempt_no).
     pub(super) fn push(&mut self, week: &str, a: &RestUse<'_>, refused: (&str, u32), r: &Rest) {
         self.week.append_value(week);
-        self.key_id.append_option(a.key_id);
-        self.pool_id.append_option(a.pool_id);
+        self.key_id.append(a.key_id);
+        self.pool_id.append(a.pool_id);
         self.job_id.append_value(a.job_id);
         self.attempt_no.append_value(i64::from(a.attempt_no));
         self.started_at.append_value(a.started_at);
-        self.rest.append_value(if r.kind == ErrorKind::Transient {
+        self.rest.append(Some(if r.kind == ErrorKind::Transient {
             "rest"
         } else {
             "long break"
-        });
+        }));
         self.refused_job_id.append_value(refused.0);
         self.refused_attempt_no.append_value(i64::from(refused.1));
-        self.refused_kind.append_value(r.kind.as_str());
+        self.refused_kind.append(Some(r.kind.as_str()));
         self.strikes.append_value(i64::from(r.strikes));
         self.rest_s.append_value(i64::from(r.rest_s));
         self.rest_until.append_value(r.until);
         self.early_s.append_value((r.until - a.started_at) as f64 / 1e6);
-        self.model.append_option(a.model);
+        self.model.append(a.model);
     }
 
     /// The rows, in the order pushed.
@@ -350,20 +352,20 @@ impl RestRows {
             key_rest_schema(),
             vec![
                 done(&mut self.week),
-                done(&mut self.key_id),
-                done(&mut self.pool_id),
+                self.key_id.finish(),
+                self.pool_id.finish(),
                 done(&mut self.job_id),
                 done_int(&mut self.attempt_no),
                 done_ts(&mut self.started_at),
-                done(&mut self.rest),
+                self.rest.finish(),
                 done(&mut self.refused_job_id),
                 done_int(&mut self.refused_attempt_no),
-                done(&mut self.refused_kind),
+                self.refused_kind.finish(),
                 done_int(&mut self.strikes),
                 done_int(&mut self.rest_s),
                 done_ts(&mut self.rest_until),
                 Arc::new(self.early_s.finish()),
-                done(&mut self.model),
+                self.model.finish(),
             ],
         )
     }
