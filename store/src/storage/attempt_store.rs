@@ -19,9 +19,13 @@
 //! page written per row, and folds that rewrote nearly every block, again and again as the file
 //! grew (most of a random-id ingest's time).
 //!
+//! A run's blocks are packed on a second thread while the writer's thread sorts or merges the
+//! next rows ([`RunPacker`]).
+//!
 //! The write path's "is this (job_id, attempt_no) already held?" for a key inside the range asks
-//! each run's filter in memory (read once per transaction, at its first such question) and
-//! reads a run's block only when its filter lets the key pass (about 1% of new keys a run).
+//! each run's filter in memory (read once per transaction, at its first such question; the key
+//! hashed once for all of them) and reads a run's block only when its filter lets the key pass
+//! (about 1% of new keys a run).
 //!
 //! A row shadowed by a newer run's stays where it is until its run is merged (a block's stays
 //! until a retention sweep removes its key): reads never see it.
@@ -826,8 +830,10 @@ impl<'txn> AttemptWriter<'txn> {
             }
             self.filters = Some(filters);
         }
+        // Hashed once for every run's filter (twenty of them at 10 M random ids).
+        let h = crate::storage::key_filter::hash(job_id, attempt_no);
         for (id, filter) in self.filters.iter().flatten() {
-            let pass = crate::storage::key_filter::may_hold(filter, job_id, attempt_no).map_err(|r| corrupt(id, r))?;
+            let pass = crate::storage::key_filter::may_hold_hashed(filter, h).map_err(|r| corrupt(id, r))?;
             if pass && let Some(v) = run_get(&self.runs, *id, key)? {
                 return Ok(Some(v));
             }
@@ -971,6 +977,7 @@ impl<'txn> AttemptWriter<'txn> {
         let pending = std::mem::take(&mut self.pending);
         if !pending.is_empty() {
             let id = self.new_run_id();
+            let mut packer = RunPacker::new(id);
             let mut b = BlockBuilder::default();
             let mut hashes = Vec::new();
             for (job, nos) in &pending {
@@ -978,12 +985,13 @@ impl<'txn> AttemptWriter<'txn> {
                     hashes.push(crate::storage::key_filter::hash(job, *no));
                     b.push(job, *no, value);
                     if b.raw_bytes() >= self.target {
-                        self.store_run(id, &mut b)?;
+                        packer.hand(&mut self.runs, &mut self.target, &mut b)?;
                     }
                 }
             }
             drop(pending);
-            self.store_run(id, &mut b)?;
+            packer.hand(&mut self.runs, &mut self.target, &mut b)?;
+            packer.finish(&mut self.runs, &mut self.target)?;
             self.add_run(id, hashes.len() as u64, &hashes)?;
             self.merge_tiers()?;
         }
@@ -1010,15 +1018,7 @@ impl<'txn> AttemptWriter<'txn> {
     /// Packs `b`'s rows into blocks of run `id` and stores them.
     fn store_run(&mut self, id: u64, b: &mut BlockBuilder) -> Result<()> {
         let raw = b.raw_bytes();
-        let mut packed = 0;
-        for ((job, no), stored) in b.finish_within() {
-            packed += stored.len();
-            self.runs.insert((id, job.as_str(), no), stored.as_slice())?;
-        }
-        if packed > 0 {
-            self.target = raw_target(raw, packed);
-        }
-        Ok(())
+        store_packed(&mut self.runs, &mut self.target, id, raw, b.finish_within())
     }
 
     /// Records run `id`, its blocks stored: its header, with the filter of its keys' hashes.
@@ -1057,6 +1057,7 @@ impl<'txn> AttemptWriter<'txn> {
     fn merge(&mut self, ids: &[u64]) -> Result<()> {
         let id = self.new_run_id();
         let mut merger = Merger::new(ids.iter().rev().copied(), false);
+        let mut packer = RunPacker::new(id);
         let mut b = BlockBuilder::default();
         let mut hashes = Vec::new();
         loop {
@@ -1071,10 +1072,11 @@ impl<'txn> AttemptWriter<'txn> {
                 break;
             }
             if b.raw_bytes() >= self.target {
-                self.store_run(id, &mut b)?;
+                packer.hand(&mut self.runs, &mut self.target, &mut b)?;
             }
         }
-        self.store_run(id, &mut b)?;
+        packer.hand(&mut self.runs, &mut self.target, &mut b)?;
+        packer.finish(&mut self.runs, &mut self.target)?;
         for &old in ids {
             self.drop_run(old)?;
         }
@@ -1127,6 +1129,131 @@ impl<'txn> AttemptWriter<'txn> {
             }
         }
         Ok(())
+    }
+}
+
+/// Stores the blocks `blocks` of run `id`, packed from `raw` unpacked bytes, and sets `target`
+/// from their ratio ([`raw_target`]).
+fn store_packed(
+    runs: &mut Table<'_, RunKey, &'static [u8]>,
+    target: &mut usize,
+    id: u64,
+    raw: usize,
+    blocks: Vec<(OwnedKey, Vec<u8>)>,
+) -> Result<()> {
+    let mut packed = 0;
+    for ((job, no), stored) in blocks {
+        packed += stored.len();
+        runs.insert((id, job.as_str(), no), stored.as_slice())?;
+    }
+    if packed > 0 {
+        *target = raw_target(raw, packed);
+    }
+    Ok(())
+}
+
+/// A block's rows unpacked, what they packed into, and the builder emptied (its buffers kept
+/// for a later block).
+type Packed = (usize, Vec<(OwnedKey, Vec<u8>)>, BlockBuilder);
+
+/// Packs the blocks of one run on a second thread while the writer's thread goes on filling the
+/// next (sorting a commit's rows, merging runs): zstd's packing was about a fifth of a random-id
+/// ingest's writer thread, which is the ingest's critical path. Blocks are stored in the order
+/// handed in, at most one waiting: the same rows in the same order as one thread would store
+/// (a block's size target comes from the ratio of the block two before it, not the one before);
+/// every block is stored when [`RunPacker::finish`] returns, before anything reads the run.
+struct RunPacker {
+    id: u64,
+    to: Option<std::sync::mpsc::SyncSender<BlockBuilder>>,
+    back: std::sync::mpsc::Receiver<Packed>,
+    waiting: usize,
+    /// A builder back from the packing thread, emptied, to fill next.
+    spare: Option<BlockBuilder>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunPacker {
+    fn new(id: u64) -> Self {
+        let (to, rows) = std::sync::mpsc::sync_channel::<BlockBuilder>(1);
+        let (done, back) = std::sync::mpsc::channel::<Packed>();
+        let thread = std::thread::spawn(move || {
+            for mut b in rows {
+                let raw = b.raw_bytes();
+                let blocks = b.finish_within();
+                if done.send((raw, blocks, b)).is_err() {
+                    break;
+                }
+            }
+        });
+        RunPacker {
+            id,
+            to: Some(to),
+            back,
+            waiting: 0,
+            spare: None,
+            thread: Some(thread),
+        }
+    }
+
+    /// Hands `b`'s rows on to be packed (leaving `b` empty), and stores the block before it.
+    fn hand(
+        &mut self,
+        runs: &mut Table<'_, RunKey, &'static [u8]>,
+        target: &mut usize,
+        b: &mut BlockBuilder,
+    ) -> Result<()> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::replace(b, self.spare.take().unwrap_or_default());
+        if let Some(to) = &self.to
+            && to.send(rows).is_ok()
+        {
+            self.waiting += 1;
+        } else {
+            self.stopped();
+        }
+        while self.waiting > 1 {
+            self.store_next(runs, target)?;
+        }
+        Ok(())
+    }
+
+    /// Stores every block handed on.
+    fn finish(mut self, runs: &mut Table<'_, RunKey, &'static [u8]>, target: &mut usize) -> Result<()> {
+        self.to = None;
+        while self.waiting > 0 {
+            self.store_next(runs, target)?;
+        }
+        Ok(())
+    }
+
+    fn store_next(&mut self, runs: &mut Table<'_, RunKey, &'static [u8]>, target: &mut usize) -> Result<()> {
+        let Ok((raw, blocks, spare)) = self.back.recv() else {
+            self.stopped();
+        };
+        self.waiting -= 1;
+        self.spare = Some(spare);
+        store_packed(runs, target, self.id, raw, blocks)
+    }
+
+    /// The packing thread ended before its work: it panicked, so this thread does too.
+    fn stopped(&mut self) -> ! {
+        self.to = None;
+        match self.thread.take().map(|t| t.join()) {
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            _ => unreachable!("the packing thread ends only when its blocks stop coming"),
+        }
+    }
+}
+
+impl Drop for RunPacker {
+    fn drop(&mut self) {
+        // An error stopped the run mid-way: let the thread finish what it holds and end.
+        self.to = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
