@@ -990,8 +990,7 @@ impl<'txn> AttemptWriter<'txn> {
                 }
             }
             drop(pending);
-            packer.hand(&mut self.runs, &mut self.target, &mut b)?;
-            packer.finish(&mut self.runs, &mut self.target)?;
+            packer.finish(&mut self.runs, &mut self.target, &mut b)?;
             self.add_run(id, hashes.len() as u64, &hashes)?;
             self.merge_tiers()?;
         }
@@ -1075,8 +1074,7 @@ impl<'txn> AttemptWriter<'txn> {
                 packer.hand(&mut self.runs, &mut self.target, &mut b)?;
             }
         }
-        packer.hand(&mut self.runs, &mut self.target, &mut b)?;
-        packer.finish(&mut self.runs, &mut self.target)?;
+        packer.finish(&mut self.runs, &mut self.target, &mut b)?;
         for &old in ids {
             self.drop_run(old)?;
         }
@@ -1161,22 +1159,29 @@ type Packed = (usize, Vec<(OwnedKey, Vec<u8>)>, BlockBuilder);
 /// ingest's writer thread, which is the ingest's critical path. Blocks are stored in the order
 /// handed in, at most one waiting: the same rows in the same order as one thread would store
 /// (a block's size target comes from the ratio of the block two before it, not the one before);
-/// every block is stored when [`RunPacker::finish`] returns, before anything reads the run.
+/// every block is stored when [`RunPacker::finish`] returns, before anything reads the run. The
+/// thread starts with the run's second block: a run of one block (a commit of a few rows, as
+/// `serve`'s usually are) is packed on the writer's thread.
 struct RunPacker {
     id: u64,
-    to: Option<std::sync::mpsc::SyncSender<BlockBuilder>>,
-    back: std::sync::mpsc::Receiver<Packed>,
+    /// The packing thread's ends, once it started: blocks to it, packed blocks back.
+    thread: Option<Packing>,
     waiting: usize,
     /// A builder back from the packing thread, emptied, to fill next.
     spare: Option<BlockBuilder>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl RunPacker {
-    fn new(id: u64) -> Self {
+struct Packing {
+    to: Option<std::sync::mpsc::SyncSender<BlockBuilder>>,
+    back: std::sync::mpsc::Receiver<Packed>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Packing {
+    fn start() -> Self {
         let (to, rows) = std::sync::mpsc::sync_channel::<BlockBuilder>(1);
         let (done, back) = std::sync::mpsc::channel::<Packed>();
-        let thread = std::thread::spawn(move || {
+        let handle = std::thread::spawn(move || {
             for mut b in rows {
                 let raw = b.raw_bytes();
                 let blocks = b.finish_within();
@@ -1185,13 +1190,40 @@ impl RunPacker {
                 }
             }
         });
-        RunPacker {
-            id,
+        Packing {
             to: Some(to),
             back,
+            handle: Some(handle),
+        }
+    }
+
+    /// The thread ended before its work: it panicked, so this thread does too.
+    fn stopped(&mut self) -> ! {
+        self.to = None;
+        match self.handle.take().map(|t| t.join()) {
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            _ => unreachable!("the packing thread ends only when its blocks stop coming"),
+        }
+    }
+}
+
+impl Drop for Packing {
+    fn drop(&mut self) {
+        // An error may have stopped the run mid-way: the thread packs what it holds and ends.
+        self.to = None;
+        if let Some(t) = self.handle.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl RunPacker {
+    fn new(id: u64) -> Self {
+        RunPacker {
+            id,
+            thread: None,
             waiting: 0,
             spare: None,
-            thread: Some(thread),
         }
     }
 
@@ -1206,12 +1238,10 @@ impl RunPacker {
             return Ok(());
         }
         let rows = std::mem::replace(b, self.spare.take().unwrap_or_default());
-        if let Some(to) = &self.to
-            && to.send(rows).is_ok()
-        {
-            self.waiting += 1;
-        } else {
-            self.stopped();
+        let packing = self.thread.get_or_insert_with(Packing::start);
+        match &packing.to {
+            Some(to) if to.send(rows).is_ok() => self.waiting += 1,
+            _ => packing.stopped(),
         }
         while self.waiting > 1 {
             self.store_next(runs, target)?;
@@ -1219,9 +1249,21 @@ impl RunPacker {
         Ok(())
     }
 
-    /// Stores every block handed on.
-    fn finish(mut self, runs: &mut Table<'_, RunKey, &'static [u8]>, target: &mut usize) -> Result<()> {
-        self.to = None;
+    /// Stores every block handed on, then `last`'s rows.
+    fn finish(
+        mut self,
+        runs: &mut Table<'_, RunKey, &'static [u8]>,
+        target: &mut usize,
+        last: &mut BlockBuilder,
+    ) -> Result<()> {
+        if self.thread.is_none() {
+            let raw = last.raw_bytes();
+            return store_packed(runs, target, self.id, raw, last.finish_within());
+        }
+        self.hand(runs, target, last)?;
+        if let Some(packing) = &mut self.thread {
+            packing.to = None;
+        }
         while self.waiting > 0 {
             self.store_next(runs, target)?;
         }
@@ -1229,31 +1271,15 @@ impl RunPacker {
     }
 
     fn store_next(&mut self, runs: &mut Table<'_, RunKey, &'static [u8]>, target: &mut usize) -> Result<()> {
-        let Ok((raw, blocks, spare)) = self.back.recv() else {
-            self.stopped();
+        let Some(packing) = &mut self.thread else {
+            unreachable!("a block waits only once the thread started")
+        };
+        let Ok((raw, blocks, spare)) = packing.back.recv() else {
+            packing.stopped();
         };
         self.waiting -= 1;
         self.spare = Some(spare);
         store_packed(runs, target, self.id, raw, blocks)
-    }
-
-    /// The packing thread ended before its work: it panicked, so this thread does too.
-    fn stopped(&mut self) -> ! {
-        self.to = None;
-        match self.thread.take().map(|t| t.join()) {
-            Some(Err(panic)) => std::panic::resume_unwind(panic),
-            _ => unreachable!("the packing thread ends only when its blocks stop coming"),
-        }
-    }
-}
-
-impl Drop for RunPacker {
-    fn drop(&mut self) {
-        // An error stopped the run mid-way: let the thread finish what it holds and end.
-        self.to = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -1513,6 +1539,55 @@ mod tests {
         let keys: Vec<(String, u32)> = keys.into_iter().collect();
         let expected: Vec<Option<Vec<u8>>> = keys.iter().map(|(j, n)| model.get(&(j.clone(), *n)).cloned()).collect();
         assert_eq!(rows.get_sorted(&keys).unwrap(), expected);
+    }
+
+    /// A commit's run of many blocks (packed on the second thread) and a run of one (packed on
+    /// the writer's): every row reads back, and the run holds the blocks in key order.
+    #[test]
+    fn runs_packed_on_the_second_thread_or_this_one_read_back_whole() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        let mut rng = SplitMix64::new(11);
+        let mut model = Model::new();
+        let mut block_rows = 0;
+        for rows in [1u64, 20_000, 1] {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut w = AttemptWriter::open(&txn, block_rows).unwrap();
+                if model.is_empty() {
+                    // Every later key sorts below this one: they all go into runs.
+                    w.append("~", 1, b"last").unwrap();
+                    model.insert(("~".to_string(), 1), b"last".to_vec());
+                }
+                for _ in 0..rows {
+                    let key = (format!("req_{:016x}", rng.next_u64()), 1);
+                    let value: Vec<u8> = (0..200)
+                        .map(|i| if i % 2 == 0 { rng.next_u64() as u8 } else { 7 })
+                        .collect();
+                    w.put(&key.0, key.1, &value).unwrap();
+                    model.insert(key, value);
+                }
+                block_rows = w.finish().unwrap();
+            }
+            txn.commit().unwrap();
+            read_back(&db, &model);
+        }
+        let txn = db.begin_read().unwrap();
+        let runs = txn.open_table(ATTEMPT_RUN).unwrap();
+        let mut per_run: BTreeMap<u64, Vec<(String, u32)>> = BTreeMap::new();
+        for row in runs.iter().unwrap() {
+            let (k, _) = row.unwrap();
+            let (id, job, no) = k.value();
+            per_run.entry(id).or_default().push((job.to_string(), no));
+        }
+        let sizes: Vec<usize> = per_run.values().map(Vec::len).collect();
+        assert_eq!(sizes.len(), 3, "{sizes:?}");
+        assert_eq!((sizes[0], sizes[2]), (1, 1));
+        assert_eq!(sizes[1], 92, "the 20,000-row run's blocks");
+        let dir = txn.open_table(ATTEMPT_RUN_DIR).unwrap();
+        let rows: Vec<u64> = run_list(&dir).unwrap().into_iter().map(|(_, r)| r).collect();
+        assert_eq!(rows, [1, 20_000, 1]);
     }
 
     /// Appends, writes inside the blocks' range, completions, removals and folds, checked after
