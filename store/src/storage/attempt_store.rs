@@ -830,12 +830,14 @@ impl<'txn> AttemptWriter<'txn> {
             }
             self.filters = Some(filters);
         }
-        // Hashed once for every run's filter (twenty of them at 10 M random ids).
-        let h = crate::storage::key_filter::hash(job_id, attempt_no);
-        for (id, filter) in self.filters.iter().flatten() {
-            let pass = crate::storage::key_filter::may_hold_hashed(filter, h).map_err(|r| corrupt(id, r))?;
-            if pass && let Some(v) = run_get(&self.runs, *id, key)? {
-                return Ok(Some(v));
+        if let Some(filters) = &self.filters {
+            // Hashed once for every run's filter (twenty of them at 10 M random ids).
+            let h = crate::storage::key_filter::hash(job_id, attempt_no);
+            for (id, filter) in filters {
+                let pass = crate::storage::key_filter::may_hold_hashed(filter, h).map_err(|r| corrupt(id, r))?;
+                if pass && let Some(v) = run_get(&self.runs, *id, key)? {
+                    return Ok(Some(v));
+                }
             }
         }
         // The tail after the runs: it holds the last stored block's rows too, which a run's row of
@@ -1541,13 +1543,17 @@ mod tests {
         assert_eq!(rows.get_sorted(&keys).unwrap(), expected);
     }
 
+    fn memory_db() -> redb::Database {
+        redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap()
+    }
+
     /// A commit's run of many blocks (packed on the second thread) and a run of one (packed on
     /// the writer's): every row reads back, and the run holds the blocks in key order.
     #[test]
     fn runs_packed_on_the_second_thread_or_this_one_read_back_whole() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         let mut rng = SplitMix64::new(11);
         let mut model = Model::new();
         let mut block_rows = 0;
@@ -1594,9 +1600,7 @@ mod tests {
     /// every commit against a map of what should be held.
     #[test]
     fn the_store_holds_what_a_map_would_through_appends_folds_and_removals() {
-        let db = redb::Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .unwrap();
+        let db = memory_db();
         let mut rng = SplitMix64::new(6);
         let mut model = Model::new();
         let mut block_rows = 0;

@@ -99,11 +99,6 @@ mod tests {
         let passed = (0..100_000u32)
             .filter(|i| may_hold(&filter, &format!("req_{:024x}", i * 7919 + 1), 1).unwrap())
             .count();
-        // Hashed once or by the call, a key gets the same answer.
-        for i in 0..1000u32 {
-            let (j, n) = (format!("req_{:024x}", i * 7919 + i % 2), i % 4 + 1);
-            assert_eq!(may_hold_hashed(&filter, hash(&j, n)), may_hold(&filter, &j, n));
-        }
         // 10 bits and 7 probes a key: 0.82% expected.
         assert!(
             (400..1300).contains(&passed),
