@@ -25,7 +25,7 @@
 //! The write path's "is this (job_id, attempt_no) already held?" for a key inside the range asks
 //! each run's filter in memory (read once per transaction, at its first such question; the key
 //! hashed once for all of them) and reads a run's block only when its filter lets the key pass
-//! (about 1% of new keys a run).
+//! (about one in 2,000 new keys a run: its filter has 16 bits a key, a block's 10).
 //!
 //! A row shadowed by a newer run's stays where it is until its run is merged (a block's stays
 //! until a retention sweep removes its key): reads never see it.
@@ -1024,7 +1024,8 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Records run `id`, its blocks stored: its header, with the filter of its keys' hashes.
     fn add_run(&mut self, id: u64, rows: u64, hashes: &[u64]) -> Result<()> {
-        let filter = crate::storage::key_filter::build_hashed(hashes.iter().copied(), hashes.len());
+        use crate::storage::key_filter::{RUN_BITS_PER_KEY, RUN_PROBES, build_sized};
+        let filter = build_sized(hashes.iter().copied(), hashes.len(), RUN_BITS_PER_KEY, RUN_PROBES);
         self.dir.insert(id, encode_head(rows, &filter).as_slice())?;
         self.run_list.push((id, rows));
         self.filters = None;
