@@ -1141,3 +1141,74 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
     assert_eq!(all.len(), rows.len() + 1);
     assert_eq!(l.verify().unwrap().first_bad, None);
 }
+
+/// A format 9 file's runs carry plain key filters: opening it only raises its version, every row,
+/// lookup and the tip unchanged; every key its runs hold is still found (a re-delivery of each
+/// record is a duplicate), and the next run gets a blocked filter.
+#[test]
+fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
+    use laneledger_store::storage::tables::{ATTEMPT_RUN_DIR, FORMAT_VERSION, META};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.redb");
+    // The first byte of each run's filter (after the header's kind byte and row count).
+    let filter_kinds = |l: &Ledger| -> Vec<u8> {
+        let txn = l.database().begin_read().unwrap();
+        let dir = txn.open_table(ATTEMPT_RUN_DIR).unwrap();
+        dir.iter().unwrap().map(|r| r.unwrap().1.value()[9]).collect()
+    };
+    let cfg = DrillConfig {
+        policy: Policy::NoPin,
+        seed: 9,
+        job_prefix: "r-".into(),
+        ids: laneledger_store::drill::DrillIds::Random,
+    };
+    let attempts = drill::synthetic(&cfg, 900, parse_timestamp(START).unwrap(), 10.0);
+    let text: String = attempts.iter().map(|a| format!("{}\n", a.to_json())).collect();
+    let (rows, report) = {
+        let l = Ledger::open(&path).unwrap();
+        // Batches of 500: random ids land inside the range held, so each batch after the first
+        // leaves a run.
+        let r = ingest_reader(&l, "r.ndjson", text.as_bytes(), InputFormat::Ndjson, 500, |_| {}).unwrap();
+        assert_eq!(r.counters.accepted, attempts.len() as u64);
+        assert!(filter_kinds(&l).iter().all(|&k| k == 0x8b), "{:?}", filter_kinds(&l));
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::storage::attempt_store::write_as_format_9(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 9).unwrap();
+        txn.commit().unwrap();
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        (rows, l.verify().unwrap())
+    };
+    match Ledger::open_read_only(&path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (9, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(&path).unwrap();
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(9), FORMAT_VERSION));
+    let kinds = filter_kinds(&l);
+    assert!(!kinds.is_empty() && kinds.iter().all(|&k| k == 7), "{kinds:?}");
+    assert_eq!(rows.len(), attempts.len());
+    assert_holds(&l, &rows, &report);
+
+    // Every record again, in one batch: each is found through the plain filters.
+    let r = ingest_reader(&l, "again.ndjson", text.as_bytes(), InputFormat::Ndjson, 5000, |_| {}).unwrap();
+    assert_eq!(
+        (r.counters.accepted, r.counters.duplicates, r.counters.conflicts),
+        (0, attempts.len() as u64, 0)
+    );
+    // A new key inside the range: a run with a blocked filter, read back.
+    let mut inside = rows[0].attempt.clone();
+    (inside.job_id, inside.attempt_no, inside.idem_key) =
+        (format!("{}-b", rows[0].attempt.job_id), 1, "in-idem".into());
+    let one = format!("{}\n", inside.to_json());
+    let r = ingest_reader(&l, "new.ndjson", one.as_bytes(), InputFormat::Ndjson, 50, |_| {}).unwrap();
+    assert_eq!(r.counters.accepted, 1);
+    assert_eq!(*filter_kinds(&l).last().unwrap(), 0x8b);
+    assert_eq!(l.job_attempts(&inside.job_id).unwrap()[0].attempt, inside);
+    let mut all = Vec::new();
+    l.for_each_attempt(|s| all.push(s)).unwrap();
+    assert_eq!(all.len(), rows.len() + 1);
+    assert_eq!(l.verify().unwrap().first_bad, None);
+}

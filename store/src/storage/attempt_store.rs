@@ -25,7 +25,8 @@
 //! The write path's "is this (job_id, attempt_no) already held?" for a key inside the range asks
 //! each run's filter in memory (read once per transaction, at its first such question; the key
 //! hashed once for all of them) and reads a run's block only when its filter lets the key pass
-//! (about one in 2,000 new keys a run: its filter has 16 bits a key, a block's 10).
+//! (about one in 1,000 new keys a run: its filter has 16 bits a key, a block's 10, and is blocked,
+//! one cache line a key, since format version 10).
 //!
 //! A row shadowed by a newer run's stays where it is until its run is merged (a block's stays
 //! until a retention sweep removes its key): reads never see it.
@@ -1024,8 +1025,8 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Records run `id`, its blocks stored: its header, with the filter of its keys' hashes.
     fn add_run(&mut self, id: u64, rows: u64, hashes: &[u64]) -> Result<()> {
-        use crate::storage::key_filter::{RUN_BITS_PER_KEY, RUN_PROBES, build_sized};
-        let filter = build_sized(hashes.iter().copied(), hashes.len(), RUN_BITS_PER_KEY, RUN_PROBES);
+        use crate::storage::key_filter::{RUN_BITS_PER_KEY, RUN_PROBES, build_blocked};
+        let filter = build_blocked(hashes.iter().copied(), hashes.len(), RUN_BITS_PER_KEY, RUN_PROBES);
         self.dir.insert(id, encode_head(rows, &filter).as_slice())?;
         self.run_list.push((id, rows));
         self.filters = None;
@@ -1380,6 +1381,30 @@ fn fold_runs(txn: &WriteTransaction) -> Result<()> {
 /// not unpack.
 pub fn write_as_format_8(txn: &WriteTransaction) -> Result<()> {
     runs_into_delta(txn)
+}
+
+/// Rebuilds every run's key filter as format version 9 stored it (plain, 10 bits a key; see
+/// [`crate::storage::key_filter`]), rows unchanged: with `meta["format_version"]` set to 9 after
+/// it, the file is what version 9 wrote (for tests of the migrations, or to hand a file back to
+/// an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block or header that
+/// does not read.
+pub fn write_as_format_9(txn: &WriteTransaction) -> Result<()> {
+    let runs = txn.open_table(ATTEMPT_RUN)?;
+    let mut dir = txn.open_table(ATTEMPT_RUN_DIR)?;
+    for (id, rows) in run_list(&dir)? {
+        let mut hashes = Vec::new();
+        for row in runs.range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0))? {
+            let (k, v) = row?;
+            let block = Block::decode(v.value()).map_err(|r| corrupt(k.value(), r))?;
+            hashes.extend((0..block.len()).map(|i| {
+                let (job, no) = block.key(i);
+                crate::storage::key_filter::hash(job, no)
+            }));
+        }
+        let filter = crate::storage::key_filter::build_hashed(hashes.iter().copied(), hashes.len());
+        dir.insert(id, encode_head(rows, &filter).as_slice())?;
+    }
+    Ok(())
 }
 
 /// Writes one attempt row's stored value in `txn` (`None` removes the row), outside the write

@@ -30,8 +30,11 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// sorted runs merged by size tier ([`ATTEMPT_RUN`], [`ATTEMPT_RUN_DIR`]) instead of the delta
 /// B-tree [`ATTEMPT`], whose random page writes and folds were most of a random-id ingest; a
 /// version 8 or older file's delta is folded into the blocks when it is opened, and [`ATTEMPT`]
-/// stays empty.
-pub const FORMAT_VERSION: u64 = 9;
+/// stays empty. Version 10 gives each new run a blocked key filter of 16 bits a key (every probe
+/// of a key in one 64-byte line, [`crate::storage::key_filter`]); a version 9 file's runs, with
+/// plain filters, are still read, so it only has its version raised, and a run gets the new
+/// filter when a merge rewrites it.
+pub const FORMAT_VERSION: u64 = 10;
 
 /// `format_version` and other single values.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
