@@ -473,6 +473,21 @@ fn a_format_1_ledger_is_chained_when_opened() {
     assert_eq!(format_version(&l), laneledger_store::storage::tables::FORMAT_VERSION);
 }
 
+/// Opens the ledger file at `path`, of format version `from`, as a user would: read-only it is
+/// refused (migrating would write), then opened, which migrates it to the current version.
+fn open_migrating(path: &Path, from: u64) -> Ledger {
+    use laneledger_store::storage::tables::FORMAT_VERSION;
+    match Ledger::open_read_only(path) {
+        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
+            assert_eq!((found, supported), (from, FORMAT_VERSION))
+        }
+        other => panic!("{other:?}"),
+    }
+    let l = Ledger::open(path).unwrap();
+    assert_eq!((l.migrated_from(), format_version(&l)), (Some(from), FORMAT_VERSION));
+    l
+}
+
 /// `meta["format_version"]` of the file.
 fn format_version(ledger: &Ledger) -> u64 {
     use laneledger_store::storage::tables::META;
@@ -638,13 +653,7 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
     downgrade_to_v2(&Ledger::open(&path).unwrap());
 
     // Opened read-only, an older file is refused: migrating it would write.
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (2, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(Ledger::open(&path).unwrap().migrated_from(), Some(2));
+    drop(open_migrating(&path, 2));
     let l = Ledger::open(&path).unwrap();
     assert_eq!(l.migrated_from(), None, "migrated once");
     assert_eq!(format_version(&l), FORMAT_VERSION);
@@ -676,7 +685,6 @@ fn a_format_2_ledger_is_moved_to_blocks_with_the_same_entries_tip_and_idem_index
 
 #[test]
 fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain() {
-    use laneledger_store::storage::tables::FORMAT_VERSION;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v4.redb");
     let (entries, report, bytes) = {
@@ -690,16 +698,8 @@ fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain
     downgrade_to_v4(&Ledger::open(&path).unwrap());
     std::fs::copy(&path, &tampered).unwrap();
     let v4_len = std::fs::metadata(&path).unwrap().len();
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (4, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
     {
-        let l = Ledger::open(&path).unwrap();
-        assert_eq!(l.migrated_from(), Some(4));
-        assert_eq!(format_version(&l), FORMAT_VERSION);
+        let l = open_migrating(&path, 4);
         // Compacted once migrated: the rewritten chain's old pages are given back.
         let v5_len = std::fs::metadata(&path).unwrap().len();
         assert!(v5_len < v4_len, "{v5_len} against {v4_len}");
@@ -765,7 +765,7 @@ fn a_format_4_ledger_keeps_its_entries_and_tip_and_what_was_wrong_with_its_chain
 
 #[test]
 fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
-    use laneledger_store::storage::tables::{FORMAT_VERSION, IDEM_RUN_DIR};
+    use laneledger_store::storage::tables::IDEM_RUN_DIR;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.redb");
     let (report, by_idem, entries) = {
@@ -782,15 +782,7 @@ fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
         "some idem keys carry several attempts"
     );
     downgrade_to_v3(&Ledger::open(&path).unwrap());
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (3, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    let l = Ledger::open(&path).unwrap();
-    assert_eq!(l.migrated_from(), Some(3));
-    assert_eq!(format_version(&l), FORMAT_VERSION);
+    let l = open_migrating(&path, 3);
     let tables = table_names(&l);
     assert!(!tables.contains(&"attempt_idem".to_string()), "{tables:?}");
     let txn = l.database().begin_read().unwrap();
@@ -976,7 +968,7 @@ fn assert_holds(l: &Ledger, rows: &[StoredAttempt], report: &VerifyReport) {
 /// the next write packs framed blocks.
 #[test]
 fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
-    use laneledger_store::storage::tables::{FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::META;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v6.redb");
     let (rows, report) = {
@@ -994,14 +986,7 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
         txn.open_table(META).unwrap().insert("format_version", 6).unwrap();
         txn.commit().unwrap();
     }
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (6, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    let l = Ledger::open(&path).unwrap();
-    assert_eq!((l.migrated_from(), format_version(&l)), (Some(6), FORMAT_VERSION));
+    let l = open_migrating(&path, 6);
     let before = block_layouts(&l);
     assert!(!before.is_empty() && before.iter().all(|v| *v == 6), "{before:?}");
     assert_holds(&l, &rows, &report);
@@ -1027,7 +1012,7 @@ fn a_format_6_ledger_is_read_as_it_is_and_written_framed() {
 /// a block a write rewrites gets its filter.
 #[test]
 fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten() {
-    use laneledger_store::storage::tables::{FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::META;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v7.redb");
     let (rows, report) = {
@@ -1044,14 +1029,7 @@ fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten(
         txn.open_table(META).unwrap().insert("format_version", 7).unwrap();
         txn.commit().unwrap();
     }
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (7, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    let l = Ledger::open(&path).unwrap();
-    assert_eq!((l.migrated_from(), format_version(&l)), (Some(7), FORMAT_VERSION));
+    let l = open_migrating(&path, 7);
     let before = block_layouts(&l);
     assert!(!before.is_empty() && before.iter().all(|v| *v == 7), "{before:?}");
     assert_holds(&l, &rows, &report);
@@ -1088,7 +1066,7 @@ fn a_format_7_ledger_is_read_as_it_is_and_its_blocks_get_filters_when_rewritten(
 /// delta empty; the next writes inside the range go to runs and read back.
 #[test]
 fn a_format_8_ledger_has_its_delta_folded_when_opened() {
-    use laneledger_store::storage::tables::{ATTEMPT, ATTEMPT_RUN_DIR, FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::{ATTEMPT, ATTEMPT_RUN_DIR, META};
     use redb::ReadableTableMetadata;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v8.redb");
@@ -1116,14 +1094,7 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
         txn.commit().unwrap();
         assert!(delta_rows(&l) > 0, "the runs' rows are in the delta");
     }
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (8, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    let l = Ledger::open(&path).unwrap();
-    assert_eq!((l.migrated_from(), format_version(&l)), (Some(8), FORMAT_VERSION));
+    let l = open_migrating(&path, 8);
     assert_eq!((delta_rows(&l), runs(&l)), (0, 0));
     assert_holds(&l, &rows, &report);
 
@@ -1147,7 +1118,7 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
 /// record is a duplicate), and the next run gets a blocked filter.
 #[test]
 fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
-    use laneledger_store::storage::tables::{ATTEMPT_RUN_DIR, FORMAT_VERSION, META};
+    use laneledger_store::storage::tables::{ATTEMPT_RUN_DIR, META};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v9.redb");
     // The first byte of each run's filter (after the header's kind byte and row count).
@@ -1179,14 +1150,7 @@ fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
         l.for_each_attempt(|s| rows.push(s)).unwrap();
         (rows, l.verify().unwrap())
     };
-    match Ledger::open_read_only(&path) {
-        Err(laneledger_store::Error::ReadOnlyNeedsMigration { found, supported, .. }) => {
-            assert_eq!((found, supported), (9, FORMAT_VERSION))
-        }
-        other => panic!("{other:?}"),
-    }
-    let l = Ledger::open(&path).unwrap();
-    assert_eq!((l.migrated_from(), format_version(&l)), (Some(9), FORMAT_VERSION));
+    let l = open_migrating(&path, 9);
     let kinds = filter_kinds(&l);
     assert!(!kinds.is_empty() && kinds.iter().all(|&k| k == 7), "{kinds:?}");
     assert_eq!(rows.len(), attempts.len());

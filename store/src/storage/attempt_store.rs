@@ -1025,8 +1025,7 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Records run `id`, its blocks stored: its header, with the filter of its keys' hashes.
     fn add_run(&mut self, id: u64, rows: u64, hashes: &[u64]) -> Result<()> {
-        use crate::storage::key_filter::{RUN_BITS_PER_KEY, RUN_PROBES, build_blocked};
-        let filter = build_blocked(hashes.iter().copied(), hashes.len(), RUN_BITS_PER_KEY, RUN_PROBES);
+        let filter = crate::storage::key_filter::build_blocked(hashes.iter().copied(), hashes.len());
         self.dir.insert(id, encode_head(rows, &filter).as_slice())?;
         self.run_list.push((id, rows));
         self.filters = None;

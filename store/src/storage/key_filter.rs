@@ -92,16 +92,15 @@ pub fn build_hashed(hashes: impl Iterator<Item = u64>, count: usize) -> Vec<u8> 
     out
 }
 
-/// The blocked filter of the keys whose [`hash`]es these are (`count` of them), to store:
-/// `bits_per_key` bits a key, rounded up to whole lines, and `probes` probes (below 128).
-pub fn build_blocked(hashes: impl Iterator<Item = u64>, count: usize, bits_per_key: usize, probes: u8) -> Vec<u8> {
-    debug_assert!(probes > 0 && probes < BLOCKED);
-    let lines = (count * bits_per_key).div_ceil(LINE * 8).max(1);
+/// The blocked filter of a run's keys, whose [`hash`]es these are (`count` of them), to store:
+/// [`RUN_BITS_PER_KEY`] bits a key, rounded up to whole lines, and [`RUN_PROBES`] probes.
+pub fn build_blocked(hashes: impl Iterator<Item = u64>, count: usize) -> Vec<u8> {
+    let lines = (count * RUN_BITS_PER_KEY).div_ceil(LINE * 8).max(1);
     let mut out = vec![0u8; 1 + lines * LINE];
-    out[0] = BLOCKED | probes;
+    out[0] = BLOCKED | RUN_PROBES;
     for h in hashes {
         let line = &mut out[1 + line_of(h, lines) * LINE..][..LINE];
-        for bit in line_probes(h, probes) {
+        for bit in line_probes(h, RUN_PROBES) {
             line[bit / 8] |= 1 << (bit % 8);
         }
     }
@@ -186,7 +185,7 @@ mod tests {
         let keys: Vec<u64> = (0..20_000u32)
             .map(|i| hash(&format!("req_{:024x}", i * 7919), 1))
             .collect();
-        let filter = build_blocked(keys.iter().copied(), keys.len(), RUN_BITS_PER_KEY, RUN_PROBES);
+        let filter = build_blocked(keys.iter().copied(), keys.len());
         assert_eq!(filter.len(), 1 + (20_000 * 16usize).div_ceil(512) * 64);
         assert_eq!(filter[0], 0x80 | RUN_PROBES);
         assert!(keys.iter().all(|&h| may_hold_hashed(&filter, h).unwrap()));
