@@ -7,7 +7,7 @@ use std::path::Path;
 
 use laneledger_store::drill::{self, DrillConfig, Policy, SplitMix64};
 use laneledger_store::storage::chain::{
-    BLOCK_BYTES, Problem, RecordKey, VerifyReport, encode_v4_entry, join_block, split_block,
+    BLOCK_BYTES, Problem, RecordKey, VerifyReport, encode_v4_entry, join_block, pack_block, split_block, unpack_block,
 };
 use laneledger_store::storage::retention::{DAY_MICROS, RetentionRule};
 use laneledger_store::storage::tables::{
@@ -155,7 +155,8 @@ fn block_of(ledger: &Ledger, n: u64) -> (u64, [u8; 32], Vec<Vec<u8>>) {
     let txn = ledger.database().begin_read().unwrap();
     let t = txn.open_table(CHAIN_BLOCK).unwrap();
     let (k, v) = t.range(..=n).unwrap().next_back().unwrap().unwrap();
-    let (prev, frames) = split_block(v.value()).unwrap();
+    let plain = unpack_block(v.value()).unwrap();
+    let (prev, frames) = split_block(&plain).unwrap();
     (k.value(), prev, frames.into_iter().map(<[u8]>::to_vec).collect())
 }
 
@@ -172,7 +173,7 @@ fn chain_put(ledger: &Ledger, n: u64, value: Option<&[u8]>) {
     let txn = ledger.database().begin_write().unwrap();
     {
         let mut t = txn.open_table(CHAIN_BLOCK).unwrap();
-        let join = |frames: &[Vec<u8>]| join_block(&prev, frames.iter().map(Vec::as_slice));
+        let join = |frames: &[Vec<u8>]| pack_block(&join_block(&prev, frames.iter().map(Vec::as_slice)));
         match value {
             Some(v) => {
                 frames[i] = v.to_vec();
@@ -202,7 +203,7 @@ fn blocks(ledger: &Ledger) -> Vec<(u64, u64)> {
             let (k, v) = r.unwrap();
             (
                 k.value(),
-                k.value() + split_block(v.value()).unwrap().1.len() as u64 - 1,
+                k.value() + split_block(&unpack_block(v.value()).unwrap()).unwrap().1.len() as u64 - 1,
             )
         })
         .collect()
@@ -329,7 +330,10 @@ fn tamper_all(clean: &Path, trials: usize, seed: u64) -> usize {
                 let txn = l.database().begin_write().unwrap();
                 txn.open_table(CHAIN_BLOCK)
                     .unwrap()
-                    .insert(first, join_block(&prev, frames.iter().map(Vec::as_slice)).as_slice())
+                    .insert(
+                        first,
+                        pack_block(&join_block(&prev, frames.iter().map(Vec::as_slice))).as_slice(),
+                    )
                     .unwrap();
                 txn.commit().unwrap();
                 ("chain", format!("n={first}"), Some(first), vec![Problem::BrokenLink])
@@ -602,7 +606,10 @@ fn table_names(ledger: &Ledger) -> Vec<String> {
 fn chain_frame_bytes(ledger: &Ledger) -> usize {
     let txn = ledger.database().begin_read().unwrap();
     let t = txn.open_table(CHAIN_BLOCK).unwrap();
-    t.iter().unwrap().map(|r| r.unwrap().1.value().len() - 32).sum()
+    t.iter()
+        .unwrap()
+        .map(|r| unpack_block(r.unwrap().1.value()).unwrap().len() - 32)
+        .sum()
 }
 
 /// The idem_key index entries the attempt rows call for: (idem_key, job_id, attempt_no) of each
@@ -802,28 +809,41 @@ fn a_format_3_ledger_gets_its_idem_index_as_one_run_with_the_same_lookups() {
 fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_block_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let l = Ledger::open(dir.path().join("l.redb")).unwrap();
-    let lines: String = (0..20_000)
-        .map(|i| {
-            format!(
-                r#"{{"job_id":"j{i:05}","idem_key":"k{i:05}","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}}"#
-            ) + "\n"
-        })
-        .collect();
-    ingest_reader(&l, "a.ndjson", lines.as_bytes(), InputFormat::Ndjson, 20_000, |_| {}).unwrap();
-    let txn = l.database().begin_read().unwrap();
-    let t = txn.open_table(CHAIN_BLOCK).unwrap();
-    let blocks: Vec<(u64, usize, usize)> = t
-        .iter()
-        .unwrap()
-        .map(|r| {
-            let (k, v) = r.unwrap();
-            (k.value(), split_block(v.value()).unwrap().1.len(), v.value().len())
-        })
-        .collect();
+    let lines = |from: usize| -> String {
+        (from..from + 20_000)
+            .map(|i| {
+                format!(
+                    r#"{{"job_id":"j{i:05}","idem_key":"k{i:05}","attempt_no":1,"lane":"free","started_at":"2026-11-02T00:00:00Z"}}"#
+                ) + "\n"
+            })
+            .collect()
+    };
+    // Each block: (first position, entries, plain bytes, stored bytes).
+    let stored_blocks = |l: &Ledger| -> Vec<(u64, usize, usize, usize)> {
+        let txn = l.database().begin_read().unwrap();
+        let t = txn.open_table(CHAIN_BLOCK).unwrap();
+        t.iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let plain = unpack_block(v.value()).unwrap();
+                (
+                    k.value(),
+                    split_block(&plain).unwrap().1.len(),
+                    plain.len(),
+                    v.value().len(),
+                )
+            })
+            .collect()
+    };
+    ingest_reader(&l, "a.ndjson", lines(0).as_bytes(), InputFormat::Ndjson, 20_000, |_| {}).unwrap();
+    let stored = stored_blocks(&l);
+    let blocks: Vec<(u64, usize, usize)> = stored.iter().map(|&(k, n, plain, _)| (k, n, plain)).collect();
     assert_eq!(BLOCK_BYTES, 523_264);
     // An entry of j00000..j19999 takes 50 bytes stored and framed, one less for n below 128 and
-    // one more from 16,384 on (n is a varint): a block is cut before the entry that would take it
-    // past BLOCK_BYTES.
+    // one more from 16,384 on (n is a varint). The file's first block has no ratio to go by: it is
+    // cut before the entry that would take it past BLOCK_BYTES plain; the rest of the write packs
+    // at about the same ratio, so it fits in the second.
     let entry = |n: u64| {
         if n < 128 {
             49
@@ -846,10 +866,28 @@ fn one_write_transaction_stores_its_entries_in_blocks_of_at_most_block_bytes() {
     expected.push((first, len, bytes));
     assert_eq!(blocks, expected);
     assert_eq!(blocks.iter().map(|b| b.0).collect::<Vec<_>>(), vec![1, 10_468]);
-    drop((t, txn));
+    assert!(stored.iter().all(|b| b.3 < b.2 && b.3 <= BLOCK_BYTES), "{stored:?}");
+    // The next write fills its blocks to the ratio the last block packed at: more than
+    // BLOCK_BYTES plain, at most BLOCK_BYTES packed.
+    ingest_reader(
+        &l,
+        "b.ndjson",
+        lines(20_000).as_bytes(),
+        InputFormat::Ndjson,
+        20_000,
+        |_| {},
+    )
+    .unwrap();
+    let more = stored_blocks(&l)[2..].to_vec();
+    assert_eq!(more[0].0, 20_001, "{more:?}");
+    assert_eq!(more.iter().map(|b| b.1).sum::<usize>(), 20_000);
+    assert!(
+        more[0].2 > BLOCK_BYTES && more.iter().all(|b| b.3 <= BLOCK_BYTES),
+        "{more:?}"
+    );
     let r = l.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.first_bad);
-    assert_eq!((r.entries, r.records), (20_000, 20_000));
+    assert_eq!((r.entries, r.records), (40_000, 40_000));
     assert_eq!(l.attempts_by_idem_key("k00042").unwrap()[0].attempt.job_id, "j00042");
 }
 
@@ -877,6 +915,37 @@ fn a_block_splits_into_its_prev_and_frames_and_a_bad_frame_is_named() {
     assert_eq!(
         split_block(&[0; 31]),
         Err("31 bytes, shorter than the block's prev hash".to_string())
+    );
+}
+
+#[test]
+fn a_stored_block_is_its_plain_length_and_one_zstd_frame_and_a_bad_one_is_named() {
+    let prev = [9u8; 32];
+    let entries: Vec<Vec<u8>> = (0..300u32).map(|i| format!("job-{i:08x}").into_bytes()).collect();
+    let plain = join_block(&prev, entries.iter().map(Vec::as_slice));
+    let stored = pack_block(&plain);
+    // 3,932 bytes plain: the varint dc 1e, then zstd's magic number 28 b5 2f fd.
+    assert_eq!(plain.len(), 3_932);
+    assert_eq!(&stored[..6], &[0xdc, 0x1e, 0x28, 0xb5, 0x2f, 0xfd]);
+    assert!(stored.len() < plain.len() / 2, "{}", stored.len());
+    assert_eq!(unpack_block(&stored).unwrap(), plain);
+    assert_eq!(
+        unpack_block(&stored[..stored.len() - 1]).map(|p| p.len()),
+        Err("a section does not unpack: Src size is incorrect".to_string())
+    );
+    let mut longer = vec![0xdd, 0x1e];
+    longer.extend_from_slice(&stored[2..]);
+    assert_eq!(
+        unpack_block(&longer),
+        Err("a section unpacks to 3932 bytes, not 3933".to_string())
+    );
+    assert_eq!(
+        unpack_block(&[0xff, 0xff, 0xff, 0xff, 0x7f]),
+        Err("the block claims 34359738367 bytes unpacked, more than 8372224".to_string())
+    );
+    assert_eq!(
+        unpack_block(&[0x80]),
+        Err("the block's length: a varint is cut at byte 1".to_string())
     );
 }
 
@@ -1113,6 +1182,73 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
     assert_eq!(l.verify().unwrap().first_bad, None);
 }
 
+/// A format 10 file, its chain blocks plain, has them packed when opened: every entry, hash and
+/// the tip unchanged, the chain's blocks smaller, and a damaged packed block named by `verify`.
+#[test]
+fn a_format_10_ledgers_chain_is_packed_once_with_every_hash_and_the_tip_unchanged() {
+    use laneledger_store::storage::tables::META;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v10.redb");
+    let cfg = DrillConfig {
+        policy: Policy::NoPin,
+        seed: 10,
+        job_prefix: "r-".into(),
+        ids: laneledger_store::drill::DrillIds::Random,
+    };
+    let attempts = drill::synthetic(&cfg, 900, parse_timestamp(START).unwrap(), 10.0);
+    let text: String = attempts.iter().map(|a| format!("{}\n", a.to_json())).collect();
+    let chain_bytes = |l: &Ledger| -> (usize, usize) {
+        let txn = l.database().begin_read().unwrap();
+        let t = txn.open_table(CHAIN_BLOCK).unwrap();
+        t.iter()
+            .unwrap()
+            .fold((0, 0), |(n, bytes), r| (n + 1, bytes + r.unwrap().1.value().len()))
+    };
+    let (rows, report, entries, plain) = {
+        let l = Ledger::open(&path).unwrap();
+        ingest_reader(&l, "r.ndjson", text.as_bytes(), InputFormat::Ndjson, 500, |_| {}).unwrap();
+        let report = l.verify().unwrap();
+        let entries = l.chain_entries().unwrap();
+        let txn = l.database().begin_write().unwrap();
+        laneledger_store::storage::chain::write_as_format_10(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("format_version", 10).unwrap();
+        txn.commit().unwrap();
+        let mut rows = Vec::new();
+        l.for_each_attempt(|s| rows.push(s)).unwrap();
+        (rows, report, entries, chain_bytes(&l))
+    };
+    assert!(
+        report.is_clean() && report.entries == attempts.len() as u64,
+        "{report:?}"
+    );
+    let l = open_migrating(&path, 10);
+    assert_eq!(l.chain_entries().unwrap(), entries);
+    assert_holds(&l, &rows, &report);
+    let packed = chain_bytes(&l);
+    assert_eq!(packed.0, plain.0);
+    assert!(packed.1 * 10 < plain.1 * 9, "{packed:?} against {plain:?}");
+    // A packed block changed on disk no longer unpacks: its first entry is unreadable.
+    let (first, mut stored) = {
+        let txn = l.database().begin_read().unwrap();
+        let t = txn.open_table(CHAIN_BLOCK).unwrap();
+        let (k, v) = t.iter().unwrap().nth(1).unwrap().unwrap();
+        (k.value(), v.value().to_vec())
+    };
+    let at = stored.len() / 2;
+    stored[at] ^= 0x55;
+    let txn = l.database().begin_write().unwrap();
+    txn.open_table(CHAIN_BLOCK)
+        .unwrap()
+        .insert(first, stored.as_slice())
+        .unwrap();
+    txn.commit().unwrap();
+    let bad = l.verify().unwrap().first_bad.unwrap();
+    assert_eq!(
+        (bad.table, bad.key, bad.seq, bad.problem),
+        ("chain", format!("n={first}"), Some(first), Problem::EntryUnreadable)
+    );
+}
+
 /// A format 9 file's runs carry plain key filters: opening it only raises its version, every row,
 /// lookup and the tip unchanged; every key its runs hold is still found (a re-delivery of each
 /// record is a duplicate), and the next run gets a blocked filter.
@@ -1142,13 +1278,14 @@ fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
         let r = ingest_reader(&l, "r.ndjson", text.as_bytes(), InputFormat::Ndjson, 500, |_| {}).unwrap();
         assert_eq!(r.counters.accepted, attempts.len() as u64);
         assert!(filter_kinds(&l).iter().all(|&k| k == 0x8b), "{:?}", filter_kinds(&l));
+        let report = l.verify().unwrap();
         let txn = l.database().begin_write().unwrap();
         laneledger_store::storage::attempt_store::write_as_format_9(&txn).unwrap();
         txn.open_table(META).unwrap().insert("format_version", 9).unwrap();
         txn.commit().unwrap();
         let mut rows = Vec::new();
         l.for_each_attempt(|s| rows.push(s)).unwrap();
-        (rows, l.verify().unwrap())
+        (rows, report)
     };
     let l = open_migrating(&path, 9);
     let kinds = filter_kinds(&l);

@@ -123,8 +123,20 @@ fn a_migration_reports_the_rows_it_packs() {
     let log = Log::default();
     let l = Ledger::open_with_progress(&path, &log).unwrap();
     assert_eq!(l.migrated_from(), Some(5));
-    // One fold round of up to 65,536 rows: counted when it starts, and again at the stage's end.
-    assert_eq!(log.take(), ["stage packing attempt rows Some(10000)", "10000", "10000"]);
+    // One fold round of up to 65,536 rows: counted when it starts, and again at the stage's end;
+    // then the chain's 10,000 entries packed, block by block (of 3,000 entries, the batches), told
+    // when 4,096 more are done and at the end.
+    assert_eq!(
+        log.take(),
+        [
+            "stage packing attempt rows Some(10000)",
+            "10000",
+            "10000",
+            "stage packing the chain Some(10000)",
+            "6000",
+            "10000"
+        ]
+    );
     assert_eq!(l.attempt_count().unwrap(), 10_000);
     drop(l);
     let l = Ledger::open_with_progress(&path, &log).unwrap();

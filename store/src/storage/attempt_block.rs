@@ -81,7 +81,7 @@ thread_local! {
 }
 
 /// Appends `raw` packed (one zstd frame) to `out`.
-fn pack(out: &mut Vec<u8>, raw: &[u8]) {
+pub(crate) fn pack(out: &mut Vec<u8>, raw: &[u8]) {
     let start = out.len();
     out.resize(start + zstd::zstd_safe::compress_bound(raw.len()), 0);
     let n = COMPRESSOR.with(|c| {
@@ -98,7 +98,7 @@ fn pack(out: &mut Vec<u8>, raw: &[u8]) {
 }
 
 /// Unpacks `packed`, which must unpack to exactly `len` bytes, onto the end of `out`.
-fn unpack_onto(out: &mut Vec<u8>, packed: &[u8], len: usize) -> Result<(), String> {
+pub(crate) fn unpack_onto(out: &mut Vec<u8>, packed: &[u8], len: usize) -> Result<(), String> {
     let start = out.len();
     out.resize(start + len, 0);
     let got = DECOMPRESSOR.with(|d| {

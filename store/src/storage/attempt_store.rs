@@ -1379,6 +1379,7 @@ fn fold_runs(txn: &WriteTransaction) -> Result<()> {
 /// back to an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does
 /// not unpack.
 pub fn write_as_format_8(txn: &WriteTransaction) -> Result<()> {
+    crate::storage::chain::write_as_format_10(txn)?;
     runs_into_delta(txn)
 }
 
@@ -1388,6 +1389,7 @@ pub fn write_as_format_8(txn: &WriteTransaction) -> Result<()> {
 /// an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block or header that
 /// does not read.
 pub fn write_as_format_9(txn: &WriteTransaction) -> Result<()> {
+    crate::storage::chain::write_as_format_10(txn)?;
     let runs = txn.open_table(ATTEMPT_RUN)?;
     let mut dir = txn.open_table(ATTEMPT_RUN_DIR)?;
     for (id, rows) in run_list(&dir)? {
@@ -1437,6 +1439,7 @@ pub fn set_row(txn: &WriteTransaction, job_id: &str, attempt_no: u32, value: Opt
 /// the file is what version 5 wrote (for tests of the migrations, or to hand a file back to an
 /// older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
+    crate::storage::chain::write_as_format_10(txn)?;
     runs_into_delta(txn)?;
     {
         let mut delta = txn.open_table(ATTEMPT)?;
@@ -1466,6 +1469,7 @@ pub fn write_as_format_5(txn: &WriteTransaction) -> Result<()> {
 /// to an older laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not
 /// unpack.
 pub fn write_as_format_7(txn: &WriteTransaction) -> Result<()> {
+    crate::storage::chain::write_as_format_10(txn)?;
     fold_runs(txn)?;
     rewrite_blocks(txn, crate::storage::attempt_block::to_format_7)
 }
@@ -1476,6 +1480,7 @@ pub fn write_as_format_7(txn: &WriteTransaction) -> Result<()> {
 /// file is what version 6 wrote (for tests of the migrations, or to hand a file back to an older
 /// laneledger). Errors: storage errors, [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_6(txn: &WriteTransaction) -> Result<()> {
+    crate::storage::chain::write_as_format_10(txn)?;
     fold_runs(txn)?;
     rewrite_blocks(txn, crate::storage::attempt_block::to_format_6)
 }

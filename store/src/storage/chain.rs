@@ -14,7 +14,9 @@
 //! entry before it in the block, computed again when the block is read) and a CRC-32 of that
 //! encoding. The hash of the last entry, the chain's tip, is kept in [`CHAIN_TIP`] for the next
 //! write. This is format version 5: version 4 stored every entry's `prev` and its own hash with it,
-//! 64 bytes an entry that can be computed from the rest, and 5 gives the same hashes.
+//! 64 bytes an entry that can be computed from the rest, and 5 gives the same hashes. Since format
+//! version 11 a block is stored packed with zstd ([`pack_block`]): the same bytes, a fifth fewer
+//! of them with random ids.
 //!
 //! A retention sweep (SPEC 6) removes old records *and* their chain entries. Where it removes a run
 //! of consecutive entries `first..=last` it leaves a [`Checkpoint`]: the hash the run linked to and
@@ -56,8 +58,8 @@ pub const GENESIS: Hash = [0; 32];
 /// The `counter` row holding how many chain positions have been used (the last entry's `n`).
 pub(crate) const CHAIN_ENTRIES: &str = "chain_entries";
 
-/// The most bytes one stored block holds: a write transaction whose entries take more stores
-/// several blocks. Just under 512 KiB, so that a full block fills one redb page of that size
+/// The most bytes one stored block holds, packed: a write transaction whose entries take more
+/// stores several blocks. Just under 512 KiB, so that a full block fills one redb page of that size
 /// (about 9,500 attempt entries of the drill, 55 bytes each).
 pub const BLOCK_BYTES: usize = 512 * 1024 - 1024;
 
@@ -94,10 +96,52 @@ fn split_frames(frames: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     Ok(out)
 }
 
-/// A stored block: the `prev` of its first entry (its first 32 bytes), then the stored bytes of
-/// each entry, in position order (the block's key is the first entry's position). Errors: the text
-/// of a block shorter than a hash or of a bad frame (a length cut or over 64 bits, or one running
-/// past the block's end).
+/// The most bytes a block unpacks to: a damaged length cannot make a read allocate more. Four
+/// times [`BLOCK_BYTES`] at least; a block is filled to at most that ([`packed_target`]).
+const PLAIN_MAX: usize = 16 * BLOCK_BYTES;
+
+/// A block as stored (format version 11): the length of its plain bytes ([`join_block`]) as a
+/// varint, then those bytes packed as one zstd frame (level 1, as the attempt blocks). About a
+/// fifth smaller than plain: a chain entry is mostly its record's hash and its CRC, which do not
+/// pack, but the record's key does (random hex ids to about half).
+pub fn pack_block(plain: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plain.len() * 7 / 8 + 16);
+    crate::storage::varint::put(&mut out, plain.len() as u64);
+    crate::storage::attempt_block::pack(&mut out, plain);
+    out
+}
+
+/// The plain bytes of a stored block ([`pack_block`]). Errors: the text of a length that is cut or
+/// too large, or of a frame that does not unpack to that length.
+pub fn unpack_block(stored: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let mut at = 0;
+    let len = crate::storage::varint::get(stored, &mut at).map_err(|e| format!("the block's length: {e}"))?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&len| len <= PLAIN_MAX)
+        .ok_or_else(|| format!("the block claims {len} bytes unpacked, more than {PLAIN_MAX}"))?;
+    let mut plain = Vec::with_capacity(len);
+    crate::storage::attempt_block::unpack_onto(&mut plain, &stored[at..], len)?;
+    Ok(plain)
+}
+
+/// The plain bytes to fill a block to, so that it packs to about 95% of [`BLOCK_BYTES`] at the
+/// ratio a stored block of `plain` bytes packed to `stored` showed (one of at least an eighth of
+/// [`BLOCK_BYTES`]: a small one packs worse): a redb leaf of one value takes a page of the next
+/// power of two, so a block packed to 400 KiB would leave a fifth of its 512 KiB page unused.
+/// Without a ratio to go by a block is cut at [`BLOCK_BYTES`] plain, which it cannot pack past.
+fn packed_target(plain: usize, stored: usize) -> usize {
+    if stored == 0 {
+        return BLOCK_BYTES;
+    }
+    let target = (BLOCK_BYTES as f64 * 0.95 * plain as f64 / stored as f64) as usize;
+    target.clamp(BLOCK_BYTES / 2, 4 * BLOCK_BYTES)
+}
+
+/// A block's plain bytes ([`split_block`]): the `prev` of its first entry (its first 32 bytes),
+/// then the stored bytes of each entry, in position order (the block's key is the first entry's
+/// position). Errors: the text of a block shorter than a hash or of a bad frame (a length cut or
+/// over 64 bits, or one running past the block's end).
 pub fn split_block(block: &[u8]) -> std::result::Result<(Hash, Vec<&[u8]>), String> {
     let Some((prev, frames)) = block.split_first_chunk::<32>() else {
         return Err(format!("{} bytes, shorter than the block's prev hash", block.len()));
@@ -429,6 +473,10 @@ pub(crate) struct ChainWriter<'txn> {
     block: Vec<u8>,
     block_first: u64,
     block_len: usize,
+    /// The plain bytes a block is cut at ([`packed_target`]), from the ratio the last one packed to.
+    fill: usize,
+    /// Large blocks being packed on threads of their own: (first position, plain bytes, thread).
+    packing: Vec<(u64, usize, std::thread::JoinHandle<Vec<u8>>)>,
 }
 
 impl<'txn> ChainWriter<'txn> {
@@ -439,22 +487,39 @@ impl<'txn> ChainWriter<'txn> {
         let table = txn.open_table(CHAIN_BLOCK)?;
         let tips = txn.open_table(CHAIN_TIP)?;
         let stored_tip = tips.get(TIP)?.and_then(|v| Hash::try_from(v.value()).ok());
+        // The ratio of the last block, or of the one before when the last is a write's small
+        // remainder, sizes this writer's blocks, so that they fill their pages packed.
+        let mut fill = BLOCK_BYTES;
+        for row in table.iter()?.rev().take(2) {
+            let (_, v) = row?;
+            let (mut at, stored) = (0, v.value());
+            if let Ok(plain) = crate::storage::varint::get(stored, &mut at)
+                && plain >= (BLOCK_BYTES / 8) as u64
+            {
+                fill = packed_target(plain as usize, stored.len());
+                break;
+            }
+        }
         let (last, tip) = match table.last()? {
-            Some((k, v)) => match split_block(v.value()) {
-                Ok((_, frames)) if !frames.is_empty() => {
-                    let last = k.value() + frames.len() as u64 - 1;
-                    // Without a tip row, the last block's hashes are computed from its `prev`.
-                    let tip = stored_tip.unwrap_or_else(|| match block_entries(k.value(), v.value()) {
-                        Ok(entries) => match entries.last() {
-                            Some((_, _, Ok((_, hash, _)))) => *hash,
-                            _ => GENESIS,
-                        },
-                        Err(_) => GENESIS,
-                    });
-                    (last, tip)
+            Some((k, v)) => {
+                let plain = unpack_block(v.value());
+                match plain.as_deref().map(split_block) {
+                    Ok(Ok((_, frames))) if !frames.is_empty() => {
+                        let last = k.value() + frames.len() as u64 - 1;
+                        // Without a tip row, the last block's hashes are computed from its `prev`.
+                        let tip =
+                            stored_tip.unwrap_or_else(|| match plain.as_deref().map(|p| block_entries(k.value(), p)) {
+                                Ok(Ok(entries)) => match entries.last() {
+                                    Some((_, _, Ok((_, hash, _)))) => *hash,
+                                    _ => GENESIS,
+                                },
+                                _ => GENESIS,
+                            });
+                        (last, tip)
+                    }
+                    _ => (k.value(), stored_tip.unwrap_or(GENESIS)),
                 }
-                _ => (k.value(), stored_tip.unwrap_or(GENESIS)),
-            },
+            }
             // No block: nothing to link to (a tip row left from before is stale).
             None => (0, GENESIS),
         };
@@ -467,13 +532,15 @@ impl<'txn> ChainWriter<'txn> {
             block: Vec::new(),
             block_first: 0,
             block_len: 0,
+            fill,
+            packing: Vec::new(),
         })
     }
 
     /// Appends the entry for `key`, whose stored value is `value`.
     pub(crate) fn append(&mut self, kind: EntryKind, key: RecordKey, value: &[u8]) -> Result<()> {
         let hash = encode_entry_into(&mut self.entry, self.next, kind, &key, &sha256(value), &self.tip);
-        if self.block_len > 0 && self.block.len() + frame_len(self.entry.len()) > BLOCK_BYTES {
+        if self.block_len > 0 && self.block.len() + frame_len(self.entry.len()) > self.fill {
             self.flush()?;
         }
         if self.block_len == 0 {
@@ -487,12 +554,32 @@ impl<'txn> ChainWriter<'txn> {
         Ok(())
     }
 
-    /// Stores the block being built, if it holds any entry.
+    /// Stores the block being built, if it holds any entry. A large one is packed on a thread of
+    /// its own, stored by [`ChainWriter::store_packed`]: packing it is milliseconds of the writer's
+    /// thread, an ingest's critical path, which goes on with the commit's rows meanwhile.
     fn flush(&mut self) -> Result<()> {
         if self.block_len > 0 {
-            self.table.insert(self.block_first, self.block.as_slice())?;
-            self.block.clear();
+            if self.block.len() >= BLOCK_BYTES / 8 {
+                let plain = std::mem::take(&mut self.block);
+                let len = plain.len();
+                let packing = std::thread::spawn(move || pack_block(&plain));
+                self.packing.push((self.block_first, len, packing));
+            } else {
+                self.table
+                    .insert(self.block_first, pack_block(&self.block).as_slice())?;
+                self.block.clear();
+            }
             self.block_len = 0;
+        }
+        Ok(())
+    }
+
+    /// Stores the blocks packed on other threads, each once its thread is done.
+    fn store_packed(&mut self) -> Result<()> {
+        for (first, plain, packing) in std::mem::take(&mut self.packing) {
+            let stored = packing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            self.table.insert(first, stored.as_slice())?;
+            self.fill = packed_target(plain, stored.len());
         }
         Ok(())
     }
@@ -501,6 +588,7 @@ impl<'txn> ChainWriter<'txn> {
     /// value for the `chain_entries` counter).
     pub(crate) fn finish(mut self) -> Result<u64> {
         self.flush()?;
+        self.store_packed()?;
         self.tips.insert(TIP, self.tip.as_slice())?;
         Ok(self.next - 1)
     }
@@ -515,6 +603,7 @@ impl<'txn> ChainWriter<'txn> {
         sweep_no: u64,
     ) -> Result<Vec<Checkpoint>> {
         self.flush()?;
+        self.store_packed()?;
         let mut runs: Vec<Vec<(u64, ChainEntry, Hash)>> = Vec::new();
         // The blocks that lose entries: (key, the entries they keep).
         let mut touched: Vec<(u64, Vec<Kept>)> = Vec::new();
@@ -522,10 +611,15 @@ impl<'txn> ChainWriter<'txn> {
         for row in self.table.iter()? {
             let (k, v) = row?;
             let first = k.value();
-            let entries = block_entries(first, v.value()).map_err(|reason| Error::ChainBroken {
-                position: first,
-                reason,
-            })?;
+            let plain = unpack_block(v.value());
+            let entries = plain
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(|plain| block_entries(first, plain))
+                .map_err(|reason| Error::ChainBroken {
+                    position: first,
+                    reason,
+                })?;
             let mut kept = Vec::new();
             let mut lost = false;
             for (n, frame, decoded) in entries {
@@ -592,7 +686,7 @@ impl<'txn> ChainWriter<'txn> {
     fn store_piece(&mut self, piece: &[Kept]) -> Result<()> {
         if let Some((first, _, prev)) = piece.first() {
             let block = join_block(prev, piece.iter().map(|(_, b, _)| b.as_slice()));
-            self.table.insert(*first, block.as_slice())?;
+            self.table.insert(*first, pack_block(&block).as_slice())?;
         }
         Ok(())
     }
@@ -755,7 +849,8 @@ fn key_at(chain: &redb::ReadOnlyTable<u64, &'static [u8]>, n: u64) -> Result<Rec
         .next_back()
         .transpose()?
         .ok_or_else(|| corrupt("no block holds it".into()))?;
-    let (_, frames) = split_block(v.value()).map_err(corrupt)?;
+    let plain = unpack_block(v.value()).map_err(corrupt)?;
+    let (_, frames) = split_block(&plain).map_err(corrupt)?;
     let frame = frames
         .get((n - k.value()) as usize)
         .ok_or_else(|| corrupt("its block is shorter".into()))?;
@@ -929,7 +1024,12 @@ impl Ledger {
         for block in chain.iter()? {
             let (k, v) = block?;
             let first = k.value();
-            match block_entries(first, v.value()) {
+            let plain = unpack_block(v.value());
+            match plain
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(|plain| block_entries(first, plain))
+            {
                 Ok(entries) => {
                     walked.add(entries.len() as u64);
                     for (n, _, decoded) in entries {
@@ -1144,7 +1244,8 @@ impl Ledger {
                 key: n.to_string(),
                 reason,
             };
-            for (n, _, decoded) in block_entries(k.value(), v.value()).map_err(|r| corrupt(k.value(), r))? {
+            let plain = unpack_block(v.value()).map_err(|r| corrupt(k.value(), r))?;
+            for (n, _, decoded) in block_entries(k.value(), &plain).map_err(|r| corrupt(k.value(), r))? {
                 let (entry, _, _) = decoded.map_err(|r| corrupt(n, r))?;
                 out.push(entry);
             }
@@ -1184,7 +1285,8 @@ impl Ledger {
                 .map_or(since + 1, |(k, _)| k.value());
             for block in chain.range(start..)? {
                 let (k, v) = block?;
-                let (_, frames) = split_block(v.value()).map_err(|r| corrupt(k.value(), r))?;
+                let plain = unpack_block(v.value()).map_err(|r| corrupt(k.value(), r))?;
+                let (_, frames) = split_block(&plain).map_err(|r| corrupt(k.value(), r))?;
                 for frame in frames {
                     let entry = decode_stored(frame).map_err(|r| corrupt(k.value(), r))?;
                     if entry.n <= since {
@@ -1353,6 +1455,56 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction, progress: &dyn crate::progress:
     Ok(())
 }
 
+/// Packs every chain block of a format version 5 to 10 file ([`pack_block`]) inside `txn`: the
+/// entries' bytes are unchanged, so are their hashes and the tip (format version 11). A block that
+/// does not read is packed as it is, so `verify` still names it.
+pub(crate) fn migrate_v10(txn: &WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<()> {
+    let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
+    let mut table = txn.open_table(CHAIN_BLOCK)?;
+    let mut count = crate::progress::RowCounter::stage(progress, "packing the chain", Some(counted));
+    let keys: Vec<u64> = table
+        .iter()?
+        .map(|row| row.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for first in keys {
+        let (packed, entries) = match table.get(first)? {
+            Some(v) => (
+                pack_block(v.value()),
+                split_block(v.value()).map_or(0, |(_, f)| f.len()),
+            ),
+            None => continue,
+        };
+        table.insert(first, packed.as_slice())?;
+        count.add(entries as u64);
+    }
+    count.finish();
+    Ok(())
+}
+
+/// Stores every chain block plain, as format versions 5 to 10 did ([`unpack_block`]): with
+/// `meta["format_version"]` set to 10 after it, the chain is what version 10 wrote (for tests of
+/// the migrations, or to hand a file back to an older laneledger). Errors: storage errors,
+/// [`Error::Corrupt`] for a block that does not unpack.
+pub fn write_as_format_10(txn: &WriteTransaction) -> Result<()> {
+    let mut table = txn.open_table(CHAIN_BLOCK)?;
+    let keys: Vec<u64> = table
+        .iter()?
+        .map(|row| row.map(|(k, _)| k.value()))
+        .collect::<std::result::Result<_, _>>()?;
+    for first in keys {
+        let plain = match table.get(first)? {
+            Some(v) => unpack_block(v.value()).map_err(|reason| Error::Corrupt {
+                table: "chain",
+                key: first.to_string(),
+                reason,
+            })?,
+            None => continue,
+        };
+        table.insert(first, plain.as_slice())?;
+    }
+    Ok(())
+}
+
 /// Moves a format-version-4 chain ([`CHAIN_BLOCK_V4`]) to version 5 ([`CHAIN_BLOCK`] and
 /// [`CHAIN_TIP`]) inside `txn`, then deletes the old table. Every entry keeps its position, fields
 /// and hash, so the tip stays the same. What version 4 would have found wrong stays findable: an
@@ -1374,7 +1526,7 @@ pub(crate) fn migrate_v4(txn: &WriteTransaction, progress: &dyn crate::progress:
     impl Builder<'_> {
         fn flush(&mut self) -> Result<()> {
             if self.block.len() > 32 {
-                self.table.insert(self.first, self.block.as_slice())?;
+                self.table.insert(self.first, pack_block(&self.block).as_slice())?;
             }
             self.block.clear();
             Ok(())

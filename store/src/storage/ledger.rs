@@ -443,6 +443,10 @@ impl Ledger {
                     if v < 9 {
                         crate::storage::attempt_store::migrate_v8(&txn, progress)?;
                     }
+                    if v >= 5 {
+                        // Older migrations above write the chain packed already.
+                        crate::storage::chain::migrate_v10(&txn, progress)?;
+                    }
                     meta.insert("format_version", FORMAT_VERSION)?;
                     migrated_from = Some(v);
                 }
@@ -453,9 +457,11 @@ impl Ledger {
             }
         }
         txn.commit()?;
-        if migrated_from.is_some_and(|v| v < 6) {
+        if migrated_from.is_some_and(|v| v < 11) {
             // A migration rewrote tables: give the freed pages back (at 10 M attempts, a 2.9 GB
-            // version 4 file is 3.5 GB migrated and 2.2 GB compacted, in 26 s).
+            // version 4 file is 3.5 GB migrated and 2.2 GB compacted, in 26 s; a 1.53 GB version
+            // 10 file has its chain packed in about 4 s, is 3.06 GB then and 1.43 GB compacted,
+            // in 3.5 s).
             db.compact()?;
         }
         Ok(Self::with_handle(Handle::Writable(db), path, migrated_from))
