@@ -1227,15 +1227,16 @@ fn a_format_10_ledgers_chain_is_packed_once_with_every_hash_and_the_tip_unchange
     let packed = chain_bytes(&l);
     assert_eq!(packed.0, plain.0);
     assert!(packed.1 * 10 < plain.1 * 9, "{packed:?} against {plain:?}");
-    // A packed block changed on disk no longer unpacks: its first entry is unreadable.
+    // A packed block cut short on disk no longer unpacks: its first entry is unreadable. (A byte
+    // changed inside the frame may unpack to entries whose CRC fails instead, and which entry
+    // depends on the hashes, which depend on when the rows were ingested.)
     let (first, mut stored) = {
         let txn = l.database().begin_read().unwrap();
         let t = txn.open_table(CHAIN_BLOCK).unwrap();
         let (k, v) = t.iter().unwrap().nth(1).unwrap().unwrap();
         (k.value(), v.value().to_vec())
     };
-    let at = stored.len() / 2;
-    stored[at] ^= 0x55;
+    stored.pop();
     let txn = l.database().begin_write().unwrap();
     txn.open_table(CHAIN_BLOCK)
         .unwrap()
