@@ -96,8 +96,8 @@ fn split_frames(frames: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
     Ok(out)
 }
 
-/// The most bytes a block unpacks to: a damaged length cannot make a read allocate more. Four
-/// times [`BLOCK_BYTES`] at least; a block is filled to at most that ([`packed_target`]).
+/// The most bytes a block unpacks to, so that a damaged length cannot make a read allocate more:
+/// four times what a block is ever filled to ([`packed_target`]).
 const PLAIN_MAX: usize = 16 * BLOCK_BYTES;
 
 /// A block as stored (format version 11): the length of its plain bytes ([`join_block`]) as a
