@@ -15,7 +15,7 @@ use laneledger_store::storage::tables::{
     CHAIN_V2, DECISION, DECISION_CONFLICT, INGEST_REJECT, RETENTION_SWEEP, WEEK_SNAPSHOT,
 };
 use laneledger_store::{
-    DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader, ingest_reader, parse_timestamp,
+    Attempt, DEFAULT_BATCH, InputFormat, Ledger, StoredAttempt, ingest_decisions_reader, ingest_reader, parse_timestamp,
 };
 use redb::{ReadableTable, ReadableTableMetadata};
 
@@ -1182,6 +1182,19 @@ fn a_format_8_ledger_has_its_delta_folded_when_opened() {
     assert_eq!(l.verify().unwrap().first_bad, None);
 }
 
+/// 900 drill jobs with random ids (as routers write them), and their NDJSON text.
+fn random_id_drill(seed: u64) -> (Vec<Attempt>, String) {
+    let cfg = DrillConfig {
+        policy: Policy::NoPin,
+        seed,
+        job_prefix: "r-".into(),
+        ids: laneledger_store::drill::DrillIds::Random,
+    };
+    let attempts = drill::synthetic(&cfg, 900, parse_timestamp(START).unwrap(), 10.0);
+    let text = attempts.iter().map(|a| format!("{}\n", a.to_json())).collect();
+    (attempts, text)
+}
+
 /// A format 10 file, its chain blocks plain, has them packed when opened: every entry, hash and
 /// the tip unchanged, the chain's blocks smaller, and a damaged packed block named by `verify`.
 #[test]
@@ -1189,14 +1202,7 @@ fn a_format_10_ledgers_chain_is_packed_once_with_every_hash_and_the_tip_unchange
     use laneledger_store::storage::tables::META;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v10.redb");
-    let cfg = DrillConfig {
-        policy: Policy::NoPin,
-        seed: 10,
-        job_prefix: "r-".into(),
-        ids: laneledger_store::drill::DrillIds::Random,
-    };
-    let attempts = drill::synthetic(&cfg, 900, parse_timestamp(START).unwrap(), 10.0);
-    let text: String = attempts.iter().map(|a| format!("{}\n", a.to_json())).collect();
+    let (attempts, text) = random_id_drill(10);
     let chain_bytes = |l: &Ledger| -> (usize, usize) {
         let txn = l.database().begin_read().unwrap();
         let t = txn.open_table(CHAIN_BLOCK).unwrap();
@@ -1264,14 +1270,7 @@ fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
         let dir = txn.open_table(ATTEMPT_RUN_DIR).unwrap();
         dir.iter().unwrap().map(|r| r.unwrap().1.value()[9]).collect()
     };
-    let cfg = DrillConfig {
-        policy: Policy::NoPin,
-        seed: 9,
-        job_prefix: "r-".into(),
-        ids: laneledger_store::drill::DrillIds::Random,
-    };
-    let attempts = drill::synthetic(&cfg, 900, parse_timestamp(START).unwrap(), 10.0);
-    let text: String = attempts.iter().map(|a| format!("{}\n", a.to_json())).collect();
+    let (attempts, text) = random_id_drill(9);
     let (rows, report) = {
         let l = Ledger::open(&path).unwrap();
         // Batches of 500: random ids land inside the range held, so each batch after the first

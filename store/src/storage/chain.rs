@@ -488,11 +488,30 @@ impl<'txn> ChainWriter<'txn> {
         let tips = txn.open_table(CHAIN_TIP)?;
         let stored_tip = tips.get(TIP)?.and_then(|v| Hash::try_from(v.value()).ok());
         // The ratio of the last block, or of the one before when the last is a write's small
-        // remainder, sizes this writer's blocks, so that they fill their pages packed.
+        // remainder, sizes this writer's blocks, so that they fill their pages packed. The last
+        // block also gives the last position and, without a tip row, the tip.
         let mut fill = BLOCK_BYTES;
-        for row in table.iter()?.rev().take(2) {
-            let (_, v) = row?;
-            let (mut at, stored) = (0, v.value());
+        let (mut last, mut tip) = (0, GENESIS);
+        for (i, row) in table.iter()?.rev().take(2).enumerate() {
+            let (k, v) = row?;
+            let stored = v.value();
+            if i == 0 {
+                (last, tip) = (k.value(), stored_tip.unwrap_or(GENESIS));
+                let plain = unpack_block(stored);
+                if let Ok(Ok((_, frames))) = plain.as_deref().map(split_block)
+                    && !frames.is_empty()
+                {
+                    last = k.value() + frames.len() as u64 - 1;
+                    // Without a tip row, the last block's hashes are computed from its `prev`.
+                    if stored_tip.is_none()
+                        && let Ok(Ok(entries)) = plain.as_deref().map(|p| block_entries(k.value(), p))
+                        && let Some((_, _, Ok((_, hash, _)))) = entries.last()
+                    {
+                        tip = *hash;
+                    }
+                }
+            }
+            let mut at = 0;
             if let Ok(plain) = crate::storage::varint::get(stored, &mut at)
                 && plain >= (BLOCK_BYTES / 8) as u64
             {
@@ -500,29 +519,6 @@ impl<'txn> ChainWriter<'txn> {
                 break;
             }
         }
-        let (last, tip) = match table.last()? {
-            Some((k, v)) => {
-                let plain = unpack_block(v.value());
-                match plain.as_deref().map(split_block) {
-                    Ok(Ok((_, frames))) if !frames.is_empty() => {
-                        let last = k.value() + frames.len() as u64 - 1;
-                        // Without a tip row, the last block's hashes are computed from its `prev`.
-                        let tip =
-                            stored_tip.unwrap_or_else(|| match plain.as_deref().map(|p| block_entries(k.value(), p)) {
-                                Ok(Ok(entries)) => match entries.last() {
-                                    Some((_, _, Ok((_, hash, _)))) => *hash,
-                                    _ => GENESIS,
-                                },
-                                _ => GENESIS,
-                            });
-                        (last, tip)
-                    }
-                    _ => (k.value(), stored_tip.unwrap_or(GENESIS)),
-                }
-            }
-            // No block: nothing to link to (a tip row left from before is stale).
-            None => (0, GENESIS),
-        };
         Ok(ChainWriter {
             table,
             tips,
@@ -1460,23 +1456,11 @@ pub(crate) fn migrate_v2(txn: &WriteTransaction, progress: &dyn crate::progress:
 /// does not read is packed as it is, so `verify` still names it.
 pub(crate) fn migrate_v10(txn: &WriteTransaction, progress: &dyn crate::progress::Progress) -> Result<()> {
     let counted = txn.open_table(COUNTER)?.get(CHAIN_ENTRIES)?.map_or(0, |v| v.value());
-    let mut table = txn.open_table(CHAIN_BLOCK)?;
     let mut count = crate::progress::RowCounter::stage(progress, "packing the chain", Some(counted));
-    let keys: Vec<u64> = table
-        .iter()?
-        .map(|row| row.map(|(k, _)| k.value()))
-        .collect::<std::result::Result<_, _>>()?;
-    for first in keys {
-        let (packed, entries) = match table.get(first)? {
-            Some(v) => (
-                pack_block(v.value()),
-                split_block(v.value()).map_or(0, |(_, f)| f.len()),
-            ),
-            None => continue,
-        };
-        table.insert(first, packed.as_slice())?;
-        count.add(entries as u64);
-    }
+    rewrite_blocks(txn, |_, plain| {
+        count.add(split_block(plain).map_or(0, |(_, f)| f.len()) as u64);
+        Ok(pack_block(plain))
+    })?;
     count.finish();
     Ok(())
 }
@@ -1486,21 +1470,29 @@ pub(crate) fn migrate_v10(txn: &WriteTransaction, progress: &dyn crate::progress
 /// the migrations, or to hand a file back to an older laneledger). Errors: storage errors,
 /// [`Error::Corrupt`] for a block that does not unpack.
 pub fn write_as_format_10(txn: &WriteTransaction) -> Result<()> {
+    rewrite_blocks(txn, |first, stored| {
+        unpack_block(stored).map_err(|reason| Error::Corrupt {
+            table: "chain",
+            key: first.to_string(),
+            reason,
+        })
+    })
+}
+
+/// Stores every chain block again as `convert` gives it (from the block's first position and
+/// stored bytes), under the same key, one block in memory at a time.
+fn rewrite_blocks(txn: &WriteTransaction, mut convert: impl FnMut(u64, &[u8]) -> Result<Vec<u8>>) -> Result<()> {
     let mut table = txn.open_table(CHAIN_BLOCK)?;
     let keys: Vec<u64> = table
         .iter()?
         .map(|row| row.map(|(k, _)| k.value()))
         .collect::<std::result::Result<_, _>>()?;
     for first in keys {
-        let plain = match table.get(first)? {
-            Some(v) => unpack_block(v.value()).map_err(|reason| Error::Corrupt {
-                table: "chain",
-                key: first.to_string(),
-                reason,
-            })?,
+        let stored = match table.get(first)? {
+            Some(v) => convert(first, v.value())?,
             None => continue,
         };
-        table.insert(first, plain.as_slice())?;
+        table.insert(first, stored.as_slice())?;
     }
     Ok(())
 }
