@@ -53,6 +53,7 @@ pub mod review;
 pub mod archive;
 
 pub use archive::export::{ExportFormat, ExportSummary, ExportedFile, ExportedTable};
+pub use derived::per_read::Upkeep;
 pub use engine::executor::Executor;
 pub use engine::sqlite_sum::sqlite_sum;
 pub use error::{Error, ExportWriteError, Result};

@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use laneledger_query::{Session, section_text};
+use laneledger_query::session::QUERY_MEMORY_BYTES;
+use laneledger_query::{Session, Upkeep, section_text};
 
 use crate::cli::ReviewFormat;
 
@@ -20,7 +21,7 @@ pub fn run(db: &Path, week: Option<&str>, format: ReviewFormat, config: Option<&
         }
     };
     let (review, sections) = super::runtime()?.block_on(async {
-        let session = Session::with_config(ledger, config).await?;
+        let session = Session::with_upkeep(ledger, config, QUERY_MEMORY_BYTES, Upkeep::PerRead).await?;
         session.review_with_sections(week, &session.thresholds()).await
     })?;
     match format {

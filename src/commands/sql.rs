@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use laneledger_query::{OutputFormat, ResultLimits, Session, format_result};
+use laneledger_query::{OutputFormat, ResultLimits, Session, Upkeep, format_result};
 
 use crate::cli::SqlFormat;
 
@@ -40,7 +40,7 @@ pub fn run(
     };
     let config = laneledger_store::LaneConfig::default();
     let out = super::runtime()?.block_on(async {
-        let session = Session::with_memory_limit(ledger, config, memory.max(1 << 20)).await?;
+        let session = Session::with_upkeep(ledger, config, memory.max(1 << 20), Upkeep::PerRead).await?;
         let query = session.query_capped(&sql, limits);
         let (result, cut) = if timeout_s == 0.0 {
             query.await?

@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use laneledger_query::Session;
+use laneledger_query::session::QUERY_MEMORY_BYTES;
+use laneledger_query::{Session, Upkeep};
 
 use crate::cli::ReviewFormat;
 
@@ -19,7 +20,7 @@ pub fn run(
     let now = super::load_config(base)?;
     let ledger = super::open_to_read(db)?;
     let whatif = super::runtime()?.block_on(async {
-        let session = Session::with_config(ledger, now).await?;
+        let session = Session::with_upkeep(ledger, now, QUERY_MEMORY_BYTES, Upkeep::PerRead).await?;
         session.whatif(week, &changed, seed).await
     })?;
     match format {

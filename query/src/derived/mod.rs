@@ -11,6 +11,7 @@ pub mod idem_artifacts;
 pub mod job_rollup;
 pub mod job_week;
 pub mod kept;
+pub mod per_read;
 pub mod views;
 pub mod week_attempt;
 pub mod week_rollup;

@@ -672,9 +672,9 @@ impl Session {
     /// the week's audit sections ([`Session::audit_sections`]): what `laneledger review`,
     /// `GET /v1/review` and the week pages show.
     ///
-    /// Between them the review's queries read every column of `job_attempt` but `attrs`, a few at
-    /// a time; they are read first, in one scan of the ledger
-    /// ([`crate::tables::job_attempt::WIDE_COLUMNS`]), instead of one scan per new set of columns. With
+    /// Between them the review's queries read every column of `job_attempt`, a few at a time
+    /// (`attrs` for the week's cost: a router's own cost and time to first token); they are read
+    /// first, in one scan of the ledger, instead of one scan per new set of columns. With
     /// a week named, the drill table and the sections are built at the same time (on two cores,
     /// `week_rollup`'s walk beside the audits').
     ///
@@ -687,7 +687,8 @@ impl Session {
         // One pin for the whole review: its queries catch up with the writes once, not each.
         let this = &self.pinned();
         let attempts = this.attempts.clone();
-        let read = this.read_at_floor(move || attempts.columns(&crate::tables::job_attempt::WIDE_COLUMNS));
+        let every: Vec<usize> = (0..crate::tables::job_attempt::schema().fields().len()).collect();
+        let read = this.read_at_floor(move || attempts.columns(&every));
         tokio::task::spawn_blocking(read)
             .await
             .map_err(|e| Error::Internal(format!("column read: {e}")))??;

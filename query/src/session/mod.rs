@@ -20,6 +20,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use futures::StreamExt;
 use laneledger_store::{LaneConfig, Ledger};
 
+use crate::derived::per_read::{PerRead, Upkeep};
 use crate::derived::views::VIEWS;
 use crate::derived::{idem_artifacts, job_rollup, job_week, week_attempt, week_rollup};
 use crate::engine::executor::Executor;
@@ -211,6 +212,13 @@ impl Session {
     /// [`QUERY_MEMORY_BYTES`]. Past it a query fails with "resources exhausted"
     /// ([`Error::Execution`]); nothing spills to disk.
     pub async fn with_memory_limit(ledger: Ledger, config: LaneConfig, memory_bytes: usize) -> Result<Self> {
+        Self::with_upkeep(ledger, config, memory_bytes, Upkeep::Incremental).await
+    }
+
+    /// [`Session::with_memory_limit`], its derived tables kept as `upkeep` says: a session that
+    /// answers one command and exits takes [`Upkeep::PerRead`], and holds no table's rows for
+    /// weeks it does not read.
+    pub async fn with_upkeep(ledger: Ledger, config: LaneConfig, memory_bytes: usize, upkeep: Upkeep) -> Result<Self> {
         use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
         let df_config = SessionConfig::new().with_information_schema(true);
         // Sorts, joins and aggregates fail cleanly past the limit, instead of the process being
@@ -236,9 +244,19 @@ impl Session {
             ),
             ("job_week", job_week::schema(), kept_read(job_week::kept(), &attempts)),
             ("week_rollup", week_rollup::schema(), {
-                // Kept by chunk: a write's rows are summed in, not every attempt again.
-                let (attempts, kept) = (attempts.clone(), week_rollup::Kept::default());
-                Arc::new(move |_: &Ledger| kept.rows(&attempts))
+                let attempts = attempts.clone();
+                match upkeep {
+                    // Kept by chunk: a write's rows are summed in, not every attempt again.
+                    Upkeep::Incremental => {
+                        let kept = week_rollup::Kept::default();
+                        Arc::new(move |_: &Ledger| kept.rows(&attempts))
+                    }
+                    Upkeep::PerRead => {
+                        let table =
+                            PerRead::new(&week_rollup::COLUMNS, |_, batches, _| week_rollup::week_rollup(batches));
+                        Arc::new(move |l: &Ledger| table.rows(l, &attempts, None))
+                    }
+                }
             }),
             (idem_artifacts::TABLE, idem_artifacts::schema(), {
                 let attempts = attempts.clone();
@@ -315,6 +333,7 @@ impl Session {
             &attempts,
             &week_column,
             &crate::derived::audits::AuditSettings::from(&config),
+            upkeep,
         )?;
         // job_rollup, job_week and week_rollup are materialized natively above; the other views
         // are created from their SQL text.

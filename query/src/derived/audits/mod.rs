@@ -30,6 +30,7 @@ use datafusion::execution::context::SessionContext;
 use laneledger_store::{Lane, Ledger, Outcome};
 
 pub use crate::derived::job_week::iso_week_of;
+use crate::derived::per_read::{PerRead, Upkeep};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache};
 use crate::tables::ledger_table::{LedgerTable, ReadFn, WeekReadFn};
@@ -486,14 +487,16 @@ pub async fn create_views(ctx: &SessionContext) -> Result<()> {
 /// Registers every audit table in `ctx`, each built from `attempts` (the session's cached
 /// `job_attempt` columns) and brought up to date after every write as its [`Kept`] says.
 ///
-/// Each table keeps every week's rows and hands out the week a query fixes `iso_week` to (as every
-/// review section does).
+/// With [`Upkeep::Incremental`] each table keeps every week's rows and hands out the week a query
+/// fixes `iso_week` to (as every review section does); with [`Upkeep::PerRead`] it builds only
+/// that week's.
 pub fn register(
     ctx: &SessionContext,
     ledger: &Ledger,
     attempts: &Arc<AttemptCache>,
     weeks: &Arc<crate::derived::week_attempt::WeekColumn>,
     settings: &AuditSettings,
+    upkeep: Upkeep,
 ) -> Result<()> {
     for Audit {
         name,
@@ -503,8 +506,24 @@ pub fn register(
         sorted_by,
     } in audit_tables()
     {
+        let kept = match upkeep {
+            Upkeep::Incremental => Some(kept),
+            Upkeep::PerRead => None,
+        };
         let (read, week_read): (ReadFn, WeekReadFn) = match kept {
-            Kept::ByJob => {
+            None => {
+                let (settings, rows_schema) = (settings.clone(), schema.clone());
+                per_read_fns(
+                    PerRead::new(&COLUMNS, move |_, batches, week| {
+                        handed_out(
+                            vec![build(&Snapshot::new(batches)?, &settings, week)?],
+                            rows_schema.clone(),
+                        )
+                    }),
+                    attempts,
+                )
+            }
+            Some(Kept::ByJob) => {
                 let settings = settings.clone();
                 let table = Arc::new(crate::derived::kept::ByJob::new(
                     schema.clone(),
@@ -524,7 +543,7 @@ pub fn register(
                     }),
                 )
             }
-            Kept::ByKey => {
+            Some(Kept::ByKey) => {
                 let table = Arc::new(by_group::ByGroup::key_rests(settings.clone(), weeks.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
@@ -532,7 +551,7 @@ pub fn register(
                     Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
                 )
             }
-            Kept::ByPool => {
+            Some(Kept::ByPool) => {
                 let table = Arc::new(by_group::ByGroup::pool_episodes(settings.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
@@ -540,7 +559,7 @@ pub fn register(
                     Arc::new(move |_: &Ledger, week: &str| one.rows(&week_attempts, Some(week))),
                 )
             }
-            Kept::ByIdemKey => {
+            Some(Kept::ByIdemKey) => {
                 let table = Arc::new(reconcile::Kept::new(settings.clone()));
                 let (all, one, attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
                 (
@@ -555,13 +574,34 @@ pub fn register(
         ctx.register_table(name, Arc::new(table))?;
     }
     // data_quality also reads the conflicts and rejects the ledger keeps.
-    let kept = Arc::new(data_quality::Kept::new(weeks.clone()));
-    let (all, one, all_attempts, week_attempts) = (kept.clone(), kept, attempts.clone(), attempts.clone());
-    let read: ReadFn = Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None));
-    let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| one.rows(l, &week_attempts, Some(week)));
+    let (read, week_read) = match upkeep {
+        Upkeep::Incremental => {
+            let kept = Arc::new(data_quality::Kept::new(weeks.clone()));
+            let (all, one, all_attempts, week_attempts) = (kept.clone(), kept, attempts.clone(), attempts.clone());
+            let read: ReadFn = Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None));
+            let week_read: WeekReadFn = Arc::new(move |l: &Ledger, week: &str| one.rows(l, &week_attempts, Some(week)));
+            (read, week_read)
+        }
+        Upkeep::PerRead => per_read_fns(
+            PerRead::new(&data_quality::COLUMNS, |l, batches, week| {
+                handed_out(vec![data_quality::build(l, batches, week)?], data_quality::schema())
+            }),
+            attempts,
+        ),
+    };
     let table = LedgerTable::new(data_quality::schema(), ledger.clone(), read).with_week_read(week_read);
     ctx.register_table(data_quality::TABLE, Arc::new(table))?;
     Ok(())
+}
+
+/// A [`PerRead`] table's read of every week and of one week.
+fn per_read_fns(table: PerRead, attempts: &Arc<AttemptCache>) -> (ReadFn, WeekReadFn) {
+    let table = Arc::new(table);
+    let (all, one, all_attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
+    (
+        Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None)),
+        Arc::new(move |l: &Ledger, week: &str| one.rows(l, &week_attempts, Some(week))),
+    )
 }
 
 /// A kept table's `rows` as it hands them out: the non-empty batches cut by [`in_chunks`], or one
