@@ -5,8 +5,8 @@
 //! what bringing them up to date takes, for as long as the session lives: what `serve` wants,
 //! whose week page is read again after each write. A command that reads one week and exits
 //! (`laneledger review --week`) would hold the same for nothing: at 10 M attempts the key rests,
-//! the data quality findings and the weekly sums of every week took about 3 GB beside the week
-//! it printed. Such a session builds each table for the week its read names, and keeps only that
+//! the data quality findings and the weekly sums of every week took gigabytes beside the week it
+//! printed (BENCHMARKS.md, "A command keeps nothing for later"). Such a session builds each table for the week its read names, and keeps only that
 //! answer, for the next read of the same week (a review reads each audit three or four times).
 
 use std::sync::Mutex;
