@@ -491,6 +491,7 @@ impl<'txn> ChainWriter<'txn> {
         // remainder, sizes this writer's blocks, so that they fill their pages packed. The last
         // block also gives the last position and, without a tip row, the tip.
         let mut fill = BLOCK_BYTES;
+        // With no block there is nothing to link to: a tip row left from before is stale.
         let (mut last, mut tip) = (0, GENESIS);
         for (i, row) in table.iter()?.rev().take(2).enumerate() {
             let (k, v) = row?;
