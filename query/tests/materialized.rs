@@ -419,7 +419,32 @@ async fn the_review_with_its_sections_scans_once_and_answers_as_its_parts_do() {
         );
         // Alone, the review scans for its drill table's columns, then the sections for the rest.
         assert_eq!(apart.attempt_scans(), 2, "{week:?}");
+        // A command's session builds each of its nine tables once (seven audits, data_quality,
+        // week_rollup), for the week, and answers the same.
+        let command = per_read_session(&ledger).await;
+        let (review, sections) = command.review_with_sections(week, &thresholds).await.unwrap();
+        assert_eq!(command.attempt_scans(), 1, "{week:?}");
+        assert_eq!(command.per_read_builds(), 9, "{week:?}");
+        assert_eq!(
+            laneledger_query::review_document(&review, &sections),
+            laneledger_query::review_document(&review_alone, &sections_alone),
+            "per read, {week:?}"
+        );
+        command.review_with_sections(week, &thresholds).await.unwrap();
+        assert_eq!(command.per_read_builds(), 9, "{week:?}: the answers kept");
     }
+}
+
+/// A session that builds its tables per read, as the commands that answer once take.
+async fn per_read_session(ledger: &Ledger) -> Session {
+    laneledger_query::Session::with_upkeep(
+        ledger.clone(),
+        laneledger_store::LaneConfig::default(),
+        laneledger_query::session::QUERY_MEMORY_BYTES,
+        laneledger_query::Upkeep::PerRead,
+    )
+    .await
+    .unwrap()
 }
 
 /// `job_week` and `week_rollup` at the edges: a job whose retry crosses into the next ISO week
@@ -776,14 +801,7 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
     ingest(&ledger, &first.join("\n"));
     let session = Session::new(ledger.clone()).await.unwrap();
     // A session that keeps only the last answer of each table, through the same writes.
-    let per_read = laneledger_query::Session::with_upkeep(
-        ledger.clone(),
-        laneledger_store::LaneConfig::default(),
-        laneledger_query::session::QUERY_MEMORY_BYTES,
-        laneledger_query::Upkeep::PerRead,
-    )
-    .await
-    .unwrap();
+    let per_read = per_read_session(&ledger).await;
     let week = "2026-W46";
     let held = derived(&session, week).await;
     for (sql, rows) in &held {
@@ -792,6 +810,10 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
     assert_as_built_whole(&held, &ledger, week, "at first");
     assert_eq!(held, derived(&Session::new(ledger.clone()).await.unwrap(), week).await);
     assert_eq!(held, derived(&per_read, week).await, "per read, at first");
+    // `derived` reads week_rollup whole, and data_quality and the seven audits whole, then for
+    // the week: seventeen builds.
+    const DERIVED_BUILDS: u64 = 17;
+    assert_eq!(per_read.per_read_builds(), DERIVED_BUILDS);
     let review = |s: &Session| {
         let s = s.clone();
         async move {
@@ -800,6 +822,11 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
         }
     };
     assert_eq!(review(&per_read).await, review(&session).await, "the review, at first");
+    assert_eq!(
+        per_read.per_read_builds(),
+        DERIVED_BUILDS,
+        "the review reads the week's answers kept"
+    );
     for round in 0..3 {
         let n = 1 + below(&mut rng, 40) as usize;
         let mut lines = new_jobs(&mut rng, &mut jobs, n);
@@ -835,12 +862,19 @@ async fn every_derived_table_after_random_writes_and_a_sweep_equals_a_fresh_sess
         let kept = derived(&session, week).await;
         assert_as_built_whole(&kept, &ledger, week, &format!("after round {round}"));
         assert_eq!(kept, derived(&fresh, week).await, "after round {round}");
+        let builds = per_read.per_read_builds();
         assert_eq!(kept, derived(&per_read, week).await, "per read, after round {round}");
+        assert_eq!(
+            per_read.per_read_builds(),
+            builds + DERIVED_BUILDS,
+            "built again after the write"
+        );
         assert_eq!(
             review(&per_read).await,
             review(&session).await,
             "the review, after round {round}"
         );
+        assert_eq!(per_read.per_read_builds(), builds + DERIVED_BUILDS, "round {round}");
     }
     sweep(&session, "2026-12-01T00:00:00Z", 20).await;
     let fresh = Session::new(ledger.clone()).await.unwrap();

@@ -674,9 +674,10 @@ impl Session {
     ///
     /// Between them the review's queries read every column of `job_attempt`, a few at a time
     /// (`attrs` for the week's cost: a router's own cost and time to first token); they are read
-    /// first, in one scan of the ledger, instead of one scan per new set of columns. With
-    /// a week named, the drill table and the sections are built at the same time (on two cores,
-    /// `week_rollup`'s walk beside the audits').
+    /// first, in one scan of the ledger, instead of one scan per new set of columns. Then a
+    /// session that builds its tables per read builds the week's all together
+    /// ([`Session::prepare_week`]), and the drill table and the sections are read at the same
+    /// time.
     ///
     /// Errors: those of [`Session::review`] and [`Session::audit_sections`].
     pub async fn review_with_sections(
@@ -692,17 +693,26 @@ impl Session {
         tokio::task::spawn_blocking(read)
             .await
             .map_err(|e| Error::Internal(format!("column read: {e}")))??;
-        let (review, sections) = match week {
-            Some(w) => futures::try_join!(this.review(Some(w), thresholds), this.audit_sections(w))?,
+        // The week's per-read tables built together, the slowest first, on every core
+        // ([`Session::prepare_week`]): the latest week is known once the weeks are.
+        let latest;
+        let week = match week {
+            Some(w) => {
+                parse_iso_week(w)?;
+                w
+            }
             None => {
-                let review = this.review(None, thresholds).await?;
-                let sections = this.audit_sections(&review.week.iso_week).await?;
-                (review, sections)
+                latest = pick_week(&this.weeks().await?, None, |m: &WeekMetrics| &m.iso_week)?
+                    .0
+                    .iso_week;
+                &latest
             }
         };
+        this.prepare_week(week).await?;
+        let (review, sections) = futures::try_join!(this.review(Some(week), thresholds), this.audit_sections(week))?;
         // The sections belong under the review's own label of the week, should it spell the
         // asked label another way.
-        if week.is_some_and(|w| w != review.week.iso_week) {
+        if week != review.week.iso_week {
             let sections = this.audit_sections(&review.week.iso_week).await?;
             return Ok((review, sections));
         }

@@ -20,7 +20,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use futures::StreamExt;
 use laneledger_store::{LaneConfig, Ledger};
 
-use crate::derived::per_read::{PerRead, Upkeep};
+use crate::derived::per_read::{PerRead, PerReads, Upkeep};
 use crate::derived::views::VIEWS;
 use crate::derived::{idem_artifacts, job_rollup, job_week, week_attempt, week_rollup};
 use crate::engine::executor::Executor;
@@ -159,6 +159,9 @@ pub struct Session {
     /// `week_attempt`'s `iso_week`, kept by chunk: also what the cost fold picks a week's
     /// attempts by.
     pub(crate) week_column: Arc<week_attempt::WeekColumn>,
+    /// The tables built for each read's week ([`Upkeep::PerRead`]; none with
+    /// [`Upkeep::Incremental`]).
+    per_reads: Arc<PerReads>,
     /// The threads user SQL is planned and run on, apart from the caller's ([`Executor`]).
     pub(crate) executor: Executor,
     /// "Now" for telling a week in progress ([`Session::now_micros`]): `None` is the wall clock.
@@ -235,6 +238,7 @@ impl Session {
         // job_rollup materialized from it.
         let attempts = Arc::new(job_attempt::AttemptCache::new(ledger.clone()));
         let idem_memo = Arc::new(idem_artifacts::IdemArtifactsMemo::default());
+        let per_reads = Arc::new(PerReads::default());
         let tables: Vec<(&str, SchemaRef, ReadFn)> = vec![
             // Kept by job: only the chunks a write changed are built again.
             (
@@ -252,8 +256,10 @@ impl Session {
                         Arc::new(move |_: &Ledger| kept.rows(&attempts))
                     }
                     Upkeep::PerRead => {
-                        let table =
-                            PerRead::new(&week_rollup::COLUMNS, |_, batches, _| week_rollup::week_rollup(batches));
+                        let table = Arc::new(PerRead::new("week_rollup", &week_rollup::COLUMNS, |source, _| {
+                            week_rollup::week_rollup(source.batches)
+                        }));
+                        per_reads.add(table.clone(), false);
                         Arc::new(move |l: &Ledger| table.rows(l, &attempts, None))
                     }
                 }
@@ -334,6 +340,7 @@ impl Session {
             &week_column,
             &crate::derived::audits::AuditSettings::from(&config),
             upkeep,
+            &per_reads,
         )?;
         // job_rollup, job_week and week_rollup are materialized natively above; the other views
         // are created from their SQL text.
@@ -349,6 +356,7 @@ impl Session {
             attempts,
             idem_artifacts: idem_memo,
             week_column,
+            per_reads,
             executor: Executor::per_core()?,
             now: match std::env::var(NOW_ENV) {
                 Ok(v) => Some(
@@ -384,6 +392,28 @@ impl Session {
     pub(crate) fn read_at_floor<T, F: FnOnce() -> T>(&self, read: F) -> impl FnOnce() -> T + use<T, F> {
         let pin = self.pin;
         move || crate::engine::read_floor::with_floor(pin, read)
+    }
+
+    /// Builds this session's per-read tables ([`Upkeep::PerRead`]) for ISO week `week` (`2026-W47`)
+    /// at its floor, spread over the cores, ahead of the queries that read them; nothing with
+    /// [`Upkeep::Incremental`]. Errors: a build's.
+    pub(crate) async fn prepare_week(&self, week: &str) -> Result<()> {
+        let (per_reads, ledger, attempts, week) = (
+            self.per_reads.clone(),
+            self.ledger.clone(),
+            self.attempts.clone(),
+            week.to_string(),
+        );
+        let pin = self.pin;
+        tokio::task::spawn_blocking(move || per_reads.prepare(&ledger, &attempts, &week, pin))
+            .await
+            .map_err(|e| Error::Internal(format!("per-read build: {e}")))?
+    }
+
+    /// How many times this session's per-read tables ([`Upkeep::PerRead`]) were built, in all:
+    /// for tests that a command builds each table once.
+    pub fn per_read_builds(&self) -> u64 {
+        self.per_reads.builds()
     }
 
     /// This session with "now" fixed at `micros` (µs since the epoch) instead of the wall clock.

@@ -30,7 +30,7 @@ use datafusion::execution::context::SessionContext;
 use laneledger_store::{Lane, Ledger, Outcome};
 
 pub use crate::derived::job_week::iso_week_of;
-use crate::derived::per_read::{PerRead, Upkeep};
+use crate::derived::per_read::{PerRead, PerReads, Shared, Upkeep};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache};
 use crate::tables::ledger_table::{LedgerTable, ReadFn, WeekReadFn};
@@ -497,7 +497,11 @@ pub fn register(
     weeks: &Arc<crate::derived::week_attempt::WeekColumn>,
     settings: &AuditSettings,
     upkeep: Upkeep,
+    per_reads: &PerReads,
 ) -> Result<()> {
+    // With [`Upkeep::PerRead`] the audits share one snapshot of the attempts a write generation:
+    // building it (each job's week) is a walk of every attempt.
+    let snapshots: Arc<Shared<Snapshot>> = Arc::default();
     for Audit {
         name,
         schema,
@@ -512,16 +516,12 @@ pub fn register(
         };
         let (read, week_read): (ReadFn, WeekReadFn) = match kept {
             None => {
-                let (settings, rows_schema) = (settings.clone(), schema.clone());
-                per_read_fns(
-                    PerRead::new(&COLUMNS, move |_, batches, week| {
-                        handed_out(
-                            vec![build(&Snapshot::new(batches)?, &settings, week)?],
-                            rows_schema.clone(),
-                        )
-                    }),
-                    attempts,
-                )
+                let (settings, rows_schema, snapshots) = (settings.clone(), schema.clone(), snapshots.clone());
+                let table = PerRead::new(name, &COLUMNS, move |source, week| {
+                    let snap = snapshots.get(source, Snapshot::new)?;
+                    handed_out(vec![build(&snap, &settings, week)?], rows_schema.clone())
+                });
+                per_read_fns(table, attempts, per_reads)
             }
             Some(Kept::ByJob) => {
                 let settings = settings.clone();
@@ -583,10 +583,14 @@ pub fn register(
             (read, week_read)
         }
         Upkeep::PerRead => per_read_fns(
-            PerRead::new(&data_quality::COLUMNS, |l, batches, week| {
-                handed_out(vec![data_quality::build(l, batches, week)?], data_quality::schema())
+            PerRead::new(data_quality::TABLE, &data_quality::COLUMNS, |source, week| {
+                handed_out(
+                    vec![data_quality::build(source.ledger, source.batches, week)?],
+                    data_quality::schema(),
+                )
             }),
             attempts,
+            per_reads,
         ),
     };
     let table = LedgerTable::new(data_quality::schema(), ledger.clone(), read).with_week_read(week_read);
@@ -594,9 +598,11 @@ pub fn register(
     Ok(())
 }
 
-/// A [`PerRead`] table's read of every week and of one week.
-fn per_read_fns(table: PerRead, attempts: &Arc<AttemptCache>) -> (ReadFn, WeekReadFn) {
+/// A [`PerRead`] table's read of every week and of one week; the table joins `per_reads`, read by
+/// week.
+fn per_read_fns(table: PerRead, attempts: &Arc<AttemptCache>, per_reads: &PerReads) -> (ReadFn, WeekReadFn) {
     let table = Arc::new(table);
+    per_reads.add(table.clone(), true);
     let (all, one, all_attempts, week_attempts) = (table.clone(), table, attempts.clone(), attempts.clone());
     (
         Arc::new(move |l: &Ledger| all.rows(l, &all_attempts, None)),
