@@ -26,7 +26,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
-use super::refusals::{Rest, RestRows, RestUse, Use, flag_uses};
+use super::refusals::{Rest, RestRows, Use, flag_uses};
 use super::{AuditSettings, COLUMNS, Columns};
 use crate::derived::week_attempt::{RowWeeks, WeekColumn};
 use crate::error::Result;
@@ -309,22 +309,8 @@ impl GroupRule for KeyRule {
         crate::engine::parallel::map(&pieces, |piece| {
             let mut out = RestRows::with_capacity(piece.len());
             for &(row, r) in piece.iter() {
-                let (c, i) = chunks.at(row as usize);
-                let (rc, ri) = chunks.at(r.refused as usize);
-                let used = RestUse {
-                    key_id: super::text(&c.key_id, i),
-                    pool_id: super::text(&c.pool_id, i),
-                    job_id: c.job_id.value(i),
-                    attempt_no: c.attempt_no.value(i) as u32,
-                    started_at: c.started_at.value(i),
-                    model: super::text(&c.model, i),
-                };
-                out.push(
-                    chunks.week(row as usize)?,
-                    &used,
-                    (rc.job_id.value(ri), rc.attempt_no.value(ri) as u32),
-                    &r,
-                );
+                let ((c, i), (rc, ri)) = (chunks.at(row as usize), chunks.at(r.refused as usize));
+                out.push(chunks.week(row as usize)?, &c.rest_use(i), rc.job_attempt(ri), &r);
             }
             out.finish()
         })

@@ -298,8 +298,15 @@ impl Snapshot {
 
     /// The attempt at `row` (a row of this snapshot).
     pub fn get(&self, row: usize) -> AuditAttempt<'_> {
+        let (c, i) = self.at(row);
+        c.get(i, row)
+    }
+
+    /// The columns of the batch holding `row`, and its index there: for reading a few fields
+    /// without building a whole [`AuditAttempt`].
+    fn at(&self, row: usize) -> (&Columns, usize) {
         let b = self.starts.partition_point(|&s| s <= row) - 1;
-        self.batches[b].get(row - self.starts[b], row)
+        (&self.batches[b], row - self.starts[b])
     }
 
     /// Each batch's columns with the snapshot row of its first attempt, in order: for the audits

@@ -108,8 +108,57 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -
 
 // ----- key_rest_violation -------------------------------------------------------------------------
 
-/// A text column of few distinct values, built as a dictionary.
-type Labels = StringDictionaryBuilder<Int32Type>;
+/// A text column of few distinct values, built as a dictionary from runs of equal values: each
+/// run is looked up in the dictionary once. The rows come key by key, so `key_id` and `pool_id`
+/// repeat the row before nearly always, and a busy week has millions of rows.
+struct Labels {
+    builder: StringDictionaryBuilder<Int32Type>,
+    /// The run not appended yet: its value (`None`: null) and length.
+    run: (Option<String>, usize),
+}
+
+impl Labels {
+    /// Room for `n` rows.
+    fn with_capacity(n: usize) -> Self {
+        Labels {
+            builder: StringDictionaryBuilder::with_capacity(n, 16, 256),
+            run: (None, 0),
+        }
+    }
+
+    fn append_option(&mut self, value: Option<&str>) {
+        if self.run.1 > 0 && self.run.0.as_deref() == value {
+            self.run.1 += 1;
+            return;
+        }
+        self.flush();
+        match (&mut self.run.0, value) {
+            // The run's string reused: no allocation a run.
+            (Some(held), Some(v)) => {
+                held.clear();
+                held.push_str(v);
+            }
+            (held, v) => *held = v.map(str::to_string),
+        }
+        self.run.1 = 1;
+    }
+
+    fn append_value(&mut self, value: &str) {
+        self.append_option(Some(value));
+    }
+
+    fn flush(&mut self) {
+        if self.run.1 > 0 {
+            self.builder.append_options(self.run.0.as_deref(), self.run.1);
+            self.run.1 = 0;
+        }
+    }
+
+    fn finish(&mut self) -> datafusion::arrow::array::DictionaryArray<Int32Type> {
+        self.flush();
+        self.builder.finish()
+    }
+}
 
 /// The type of a [`Labels`] column.
 fn labels_type() -> DataType {
@@ -206,16 +255,8 @@ pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>
     // Built in one pass: a busy key pool can flag millions of uses.
     let mut out = RestRows::with_capacity(flagged.len());
     for (row, r) in flagged {
-        let (a, refused) = (snap.get(row as usize), snap.get(r.refused as usize));
-        let used = RestUse {
-            key_id: a.key_id,
-            pool_id: a.pool_id,
-            job_id: a.job_id,
-            attempt_no: a.attempt_no,
-            started_at: a.started_at,
-            model: a.model,
-        };
-        out.push(snap.week(a.row), &used, (refused.job_id, refused.attempt_no), &r);
+        let ((c, i), (rc, ri)) = (snap.at(row as usize), snap.at(r.refused as usize));
+        out.push(snap.week(row as usize), &c.rest_use(i), rc.job_attempt(ri), &r);
     }
     out.finish()
 }
@@ -273,6 +314,25 @@ pub(super) fn flag_uses(uses: &mut [Use], s: &AuditSettings, mut flagged: impl F
     }
 }
 
+impl super::Columns {
+    /// The fields of the use at `i` that a rest row shows.
+    pub(super) fn rest_use(&self, i: usize) -> RestUse<'_> {
+        RestUse {
+            key_id: super::text(&self.key_id, i),
+            pool_id: super::text(&self.pool_id, i),
+            job_id: self.job_id.value(i),
+            attempt_no: self.attempt_no.value(i) as u32,
+            started_at: self.started_at.value(i),
+            model: super::text(&self.model, i),
+        }
+    }
+
+    /// (job_id, attempt_no) of the attempt at `i`.
+    pub(super) fn job_attempt(&self, i: usize) -> (&str, u32) {
+        (self.job_id.value(i), self.attempt_no.value(i) as u32)
+    }
+}
+
 /// The fields of a key's use that a rest row shows.
 pub(super) struct RestUse<'a> {
     pub(super) key_id: Option<&'a str>,
@@ -308,7 +368,7 @@ impl RestRows {
         let text = || StringBuilder::with_capacity(n, n * 8);
         let int = || Int64Builder::with_capacity(n);
         let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
-        let labels = || Labels::with_capacity(n, 16, 256);
+        let labels = || Labels::with_capacity(n);
         RestRows {
             week: text(),
             key_id: labels(),
