@@ -257,7 +257,7 @@ impl Session {
                     }
                     Upkeep::PerRead => {
                         let table = Arc::new(PerRead::new("week_rollup", &week_rollup::COLUMNS, |source, _| {
-                            week_rollup::week_rollup(source.batches)
+                            week_rollup::week_rollup_by_hash(source.batches)
                         }));
                         per_reads.add(table.clone(), false);
                         Arc::new(move |l: &Ledger| table.rows(l, &attempts, None))
