@@ -146,8 +146,8 @@ impl<T> Shared<T> {
     }
 }
 
-/// The tables [`PerReads::prepare`] starts first, slowest first: a `perf` profile of the review
-/// of a 10 M-attempt drill week (BENCHMARKS.md, "A command keeps nothing for later") had the key
+/// The tables [`PerReads::prepare`] starts first, slowest first: a `perf` timeline of the review
+/// of a 10 M-attempt drill week (BENCHMARKS.md, "The week's tables built together") had the key
 /// rests walk 6 s and the data quality findings 5 s, each alone on one core at the end. Only the
 /// order of the builds depends on it, never an answer.
 const SLOWEST_FIRST: [&str; 4] = [

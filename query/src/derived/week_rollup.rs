@@ -218,9 +218,10 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
 
 /// [`week_rollup`] as [`Kept`] counts it, built whole and nothing kept: each (week, idem_key) and
 /// artifact by hash, sorted, then counted. For a session that builds the table at each read
-/// ([`crate::derived::per_read::PerRead`]): at 10 M attempts the hash table of every week's keys
-/// was three quarters of the build, each key a cache miss; the sort reads its memory in order.
-/// Row for row equal to [`week_rollup`] but for a collision of 128-bit hashes.
+/// ([`crate::derived::per_read::PerRead`]): at 10 M attempts each key was a probe at a random
+/// place of a hash table of millions, where the sort reads its memory in order (BENCHMARKS.md,
+/// "The week's tables built together"). Row for row equal to [`week_rollup`] but for a collision
+/// of 128-bit hashes.
 ///
 /// Errors: a batch without [`COLUMNS`] ([`crate::Error::Internal`]).
 pub fn week_rollup_by_hash(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
