@@ -278,6 +278,12 @@ impl AttemptChunk {
 /// hold a second copy of pages already read (redb's default is 1 GiB).
 pub const CACHE_BYTES: usize = 256 << 20;
 
+/// redb's page cache for a ledger opened read-only, in bytes: 16 MiB. A reading command scans the
+/// attempt runs once into Arrow and reads a job or an idem_key by a few pages; the B-trees' upper
+/// pages, read again by every lookup, fit. At [`CACHE_BYTES`] a review of 10 M attempts kept a
+/// quarter of a gigabyte of pages it never read again (BENCHMARKS.md, "Reading commands' memory").
+pub const READ_CACHE_BYTES: usize = 16 << 20;
+
 /// The open redb file: writable, or read-only when the file itself cannot be written.
 enum Handle {
     Writable(Database),
@@ -472,7 +478,10 @@ impl Ledger {
     /// `meta` table) gives [`Error::Storage`].
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let db = match Database::builder().set_cache_size(CACHE_BYTES).open_read_only(&path) {
+        let db = match Database::builder()
+            .set_cache_size(READ_CACHE_BYTES)
+            .open_read_only(&path)
+        {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(Error::AlreadyOpen(path)),
             Err(e) => return Err(redb::Error::from(e).into()),
