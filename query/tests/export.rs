@@ -39,6 +39,13 @@ async fn query_batch(session: &Session, sql: &str) -> RecordBatch {
     concat_batches(&r.schema, &r.batches).unwrap()
 }
 
+/// `job_attempt`'s rows (checked to have its schema) with the label columns as plain text, as
+/// the files hold them.
+fn plain(batch: RecordBatch) -> RecordBatch {
+    assert_eq!(batch.schema().fields(), job_attempt::schema().fields());
+    job_attempt::plain(&batch).unwrap()
+}
+
 /// `batch` sorted by (job_id, attempt_no).
 fn sorted(batch: &RecordBatch) -> RecordBatch {
     let key = |name: &str| SortColumn {
@@ -63,7 +70,7 @@ fn read_file(format: ExportFormat, path: &Path) -> Vec<RecordBatch> {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap(),
-        ExportFormat::Csv => arrow::csv::ReaderBuilder::new(job_attempt::schema())
+        ExportFormat::Csv => arrow::csv::ReaderBuilder::new(job_attempt::plain_schema())
             .with_header(true)
             .build(file)
             .unwrap()
@@ -108,7 +115,7 @@ fn read_back(format: ExportFormat, summary: &ExportSummary) -> RecordBatch {
         for b in &batches {
             assert_eq!(
                 b.schema().fields(),
-                job_attempt::schema().fields(),
+                job_attempt::plain_schema().fields(),
                 "{}",
                 f.path.display()
             );
@@ -124,7 +131,7 @@ fn read_back(format: ExportFormat, summary: &ExportSummary) -> RecordBatch {
         }
         all.extend(batches);
     }
-    sorted(&concat_batches(&job_attempt::schema(), &all).unwrap())
+    sorted(&concat_batches(&job_attempt::plain_schema(), &all).unwrap())
 }
 
 /// The same rows, values and types, column by column.
@@ -160,8 +167,9 @@ fn days_of(batch: &RecordBatch) -> BTreeMap<String, u64> {
 async fn parquet_arrow_and_csv_give_back_exactly_the_rows_of_job_attempt_in_day_folders() {
     let (_d, ledger) = common::ledger_from(&SAMPLE_ATTEMPTS);
     let session = Session::new(ledger.clone()).await.unwrap();
-    let expected = query_batch(&session, "SELECT * FROM job_attempt ORDER BY job_id, attempt_no").await;
-    assert_eq!(expected.schema().fields(), job_attempt::schema().fields());
+    // The files hold the label columns as plain text.
+    let expected = plain(query_batch(&session, "SELECT * FROM job_attempt ORDER BY job_id, attempt_no").await);
+    assert_eq!(expected.schema().fields(), job_attempt::plain_schema().fields());
     let per_day = query_batch(
         &session,
         "SELECT to_char(started_at, '%Y-%m-%d') AS day, COUNT(*) AS n FROM job_attempt GROUP BY 1 ORDER BY 1",
@@ -227,7 +235,8 @@ async fn awkward_values_round_trip_exactly_and_csv_reads_an_empty_string_as_null
     .unwrap();
     assert_eq!(r.counters.accepted, 3, "{:?}", r.problems);
     let session = Session::new(ledger.clone()).await.unwrap();
-    let expected = query_batch(&session, "SELECT * FROM job_attempt ORDER BY job_id, attempt_no").await;
+    // The files hold the label columns as plain text.
+    let expected = plain(query_batch(&session, "SELECT * FROM job_attempt ORDER BY job_id, attempt_no").await);
     for format in FORMATS {
         let out = tempfile::tempdir().unwrap();
         let summary = export(&ledger, format, out.path(), None, None).unwrap();
@@ -438,8 +447,13 @@ fn write_attempts_partitions_by_day_and_named_files_sit_side_by_side() {
     }
     let mut both = read_back_named(&a);
     both.extend(read_back_named(&b));
-    let both = sorted(&concat_batches(&job_attempt::schema(), &both).unwrap());
-    let all = sorted(&concat_batches(&job_attempt::schema(), &job_attempt::to_batches(&attempts).unwrap()).unwrap());
+    let both = sorted(&concat_batches(&job_attempt::plain_schema(), &both).unwrap());
+    let plain: Vec<RecordBatch> = job_attempt::to_batches(&attempts)
+        .unwrap()
+        .iter()
+        .map(|b| job_attempt::plain(b).unwrap())
+        .collect();
+    let all = sorted(&concat_batches(&job_attempt::plain_schema(), &plain).unwrap());
     assert_same_rows(ExportFormat::Parquet, &both, &all);
 
     // The default name is the export's; a bad name is refused before anything is written.
@@ -528,7 +542,7 @@ async fn duckdb_reads_the_parquet_export_and_gives_the_ledgers_job_rollup() {
         .iter()
         .map(|t| (t[0].as_str().unwrap().to_string(), t[1].as_str().unwrap().to_string()))
         .collect();
-    let expected_types: Vec<(String, String)> = job_attempt::schema()
+    let expected_types: Vec<(String, String)> = job_attempt::plain_schema()
         .fields()
         .iter()
         .map(|f| {

@@ -2,7 +2,7 @@
 //! partitioned by day in hive style, for DuckDB, Spark or DataFusion to read as they are.
 //!
 //! Layout: `OUT/day=YYYY-MM-DD/attempts.{parquet,arrow,csv}`, one file a UTC day of `started_at`,
-//! each with exactly the columns and types of [`crate::tables::job_attempt::schema`] (timestamps
+//! each with exactly the columns and types of [`crate::tables::job_attempt::plain_schema`] (timestamps
 //! `Timestamp(Microsecond, "UTC")`). Rows keep the order they come in: (job_id, attempt_no) for
 //! [`export`]. Each file is written to a hidden temp name (`.attempts.parquet.PID.tmp`) in its
 //! folder, synced, then renamed over the old one, so a rerun into the same folder overwrites its
@@ -477,12 +477,16 @@ impl DayBatchers {
             files: Vec::with_capacity(self.days.len()),
             tables: Vec::new(),
         };
-        let schema = job_attempt::schema();
+        let schema = job_attempt::plain_schema();
         let total = self.days.values().map(|b| b.rows() as u64).sum();
         let mut written = RowCounter::stage(progress, "writing", Some(total));
         for (day, batcher) in self.days {
             let rows = batcher.rows() as u64;
-            let batches = batcher.finish()?;
+            let batches = batcher
+                .finish()?
+                .iter()
+                .map(job_attempt::plain)
+                .collect::<Result<Vec<_>>>()?;
             let dir = out.join(format!("day={day}"));
             let path = dir.join(format!("{file_stem}.{}", format.extension()));
             let on_batch = &mut |n: usize| written.add(n as u64);

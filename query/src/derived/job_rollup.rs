@@ -29,6 +29,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use crate::derived::kept::ByJob;
 use crate::error::Result;
 use crate::tables::job_attempt::{self, BATCH_ROWS};
+use crate::tables::labels::Text;
 
 /// `job_rollup`'s schema, with the types and nullability DataFusion gives the seed's view:
 /// job_id Utf8, idem_key Utf8 (MAX), free_attempts, paid_attempts and tokens Int64 (SQLite-rule
@@ -147,7 +148,7 @@ pub fn rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
         let column = |name: &str| job_attempt::column(batch, name);
         let job_id = column("job_id")?.as_string::<i32>();
         let idem_key = column("idem_key")?.as_string::<i32>();
-        let lane = column("lane")?.as_string::<i32>();
+        let lane = Text::of(column("lane")?)?;
         let tokens_in = column("tokens_in")?.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
         let tokens_out = column("tokens_out")?.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
         let artifact_id = column("artifact_id")?.as_string::<i32>();
@@ -228,7 +229,11 @@ mod tests {
                 col(&|r| Some(r.0.to_string())),
                 col(&|r| Some(format!("k-{}", r.0))),
                 ints(&|i| i as i64 + 1),
-                col(&|r| Some(r.1.to_string())),
+                datafusion::arrow::compute::cast(
+                    &col(&|r| Some(r.1.to_string())),
+                    &crate::tables::labels::labels_type(),
+                )
+                .unwrap(),
                 ints(&|i| rows[i].2),
                 ints(&|_| 1),
                 col(&|r| r.3.map(str::to_string)),

@@ -22,6 +22,7 @@ use datafusion::common::HashMap;
 use crate::derived::job_week::{iso_week_of, week_start_of};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, timestamp_type};
+use crate::tables::labels::Text;
 
 /// The columns [`week_rollup`] reads: job_id, idem_key, attempt_no, lane, started_at, tokens_in,
 /// tokens_out, artifact_id (indexes into [`crate::tables::job_attempt::schema`]).
@@ -152,7 +153,7 @@ fn walk<'a>(attempts: &'a [RecordBatch], mut close: impl FnMut(Job<'a>, &[(&'a s
         let column = |name: &str| job_attempt::column(batch, name);
         let job_id = column("job_id")?.as_string::<i32>();
         let idem_key = column("idem_key")?.as_string::<i32>();
-        let lane = column("lane")?.as_string::<i32>();
+        let lane = Text::of(column("lane")?)?;
         let started_at = column("started_at")?.as_primitive::<TimestampMicrosecondType>();
         let tokens_in = column("tokens_in")?.as_primitive::<Int64Type>();
         let tokens_out = column("tokens_out")?.as_primitive::<Int64Type>();

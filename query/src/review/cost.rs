@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::review::metrics::parse_iso_week;
 use crate::review::sections::{Group, Section};
 use crate::session::Session;
+use crate::tables::labels::Text;
 use crate::words::{format_count, format_ratio};
 
 /// One week's spend: the drill table's cost rows.
@@ -197,10 +198,10 @@ impl Fold {
             let (keys, key) = (weeks.keys(), key as i32);
             let (idem, lane, artifact) = (
                 c("idem_key")?.as_string::<i32>(),
-                c("lane")?.as_string::<i32>(),
+                Text::of(c("lane")?)?,
                 c("artifact_id")?.as_string::<i32>(),
             );
-            let (model, attrs) = (c("model")?.as_string::<i32>(), c("attrs")?.as_string::<i32>());
+            let (model, attrs) = (Text::of(c("model")?)?, c("attrs")?.as_string::<i32>());
             let (started, ended) = (
                 c("started_at")?.as_primitive::<TimestampMicrosecondType>(),
                 c("ended_at")?.as_primitive::<TimestampMicrosecondType>(),
@@ -213,7 +214,7 @@ impl Fold {
                 if keys.value(i) != key {
                     continue;
                 }
-                let (lane, model, attrs) = (opt(lane, i).unwrap_or_default(), opt(model, i), opt(attrs, i));
+                let (lane, model, attrs) = (lane.get(i).unwrap_or_default(), model.get(i), opt(attrs, i));
                 let (tokens_in, tokens_out) = (num(tin, i).unwrap_or(0), num(tout, i).unwrap_or(0));
                 let (started_at, ended_at) = (ts(started, i).unwrap_or(0), ts(ended, i));
                 let cost = prices.cost_of(lane, model, tokens_in, tokens_out, attrs);

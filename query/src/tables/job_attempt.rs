@@ -9,6 +9,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use laneledger_store::{AttemptChanges, AttemptChunk, Ledger, StoredAttempt, StoredAttemptRef, decode_attempt_ref};
 
 use crate::error::Result;
+use crate::tables::labels::{LabelBuilder, labels_type};
 
 /// Rows per Arrow batch.
 pub const BATCH_ROWS: usize = 65_536;
@@ -44,28 +45,59 @@ pub fn timestamp_type() -> DataType {
 
 /// `job_attempt`'s schema: job_id, idem_key, attempt_no, lane, started_at, ended_at, outcome,
 /// tokens_in, tokens_out, artifact_id (seed 000), then http_status, provider_code, key_id,
-/// pool_id, model, error_kind (seed 002 `error_kind`), attrs (JSON text), ingested_at.
+/// pool_id, model, error_kind (seed 002 `error_kind`), attrs (JSON text), ingested_at. The six
+/// columns of few distinct values (lane, outcome, key_id, pool_id, model, error_kind) are
+/// dictionaries ([`labels_type`]): SQL reads them as text, and the attempts held in memory
+/// keep a 4-byte key a row for each instead of a copy of the text.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("job_id", DataType::Utf8, false),
         Field::new("idem_key", DataType::Utf8, false),
         Field::new("attempt_no", DataType::Int64, false),
-        Field::new("lane", DataType::Utf8, false),
+        Field::new("lane", labels_type(), false),
         Field::new("started_at", timestamp_type(), false),
         Field::new("ended_at", timestamp_type(), true),
-        Field::new("outcome", DataType::Utf8, true),
+        Field::new("outcome", labels_type(), true),
         Field::new("tokens_in", DataType::Int64, false),
         Field::new("tokens_out", DataType::Int64, false),
         Field::new("artifact_id", DataType::Utf8, true),
         Field::new("http_status", DataType::Int64, true),
         Field::new("provider_code", DataType::Int64, true),
-        Field::new("key_id", DataType::Utf8, true),
-        Field::new("pool_id", DataType::Utf8, true),
-        Field::new("model", DataType::Utf8, true),
-        Field::new("error_kind", DataType::Utf8, true),
+        Field::new("key_id", labels_type(), true),
+        Field::new("pool_id", labels_type(), true),
+        Field::new("model", labels_type(), true),
+        Field::new("error_kind", labels_type(), true),
         Field::new("attrs", DataType::Utf8, true),
         Field::new("ingested_at", timestamp_type(), false),
     ]))
+}
+
+/// [`schema()`] with every text column plain `Utf8`: the columns of the files `export` and
+/// `retain --archive` write, the same whichever version of laneledger wrote them.
+pub fn plain_schema() -> SchemaRef {
+    let fields: Vec<Field> = schema()
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Dictionary(_, v) => f.as_ref().clone().with_data_type(v.as_ref().clone()),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// `batch` (of [`schema()`]) with its dictionary columns written out as plain text
+/// ([`plain_schema`]).
+pub fn plain(batch: &RecordBatch) -> Result<RecordBatch> {
+    let plain = plain_schema();
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(plain.fields())
+        .map(|(c, f)| datafusion::arrow::compute::cast(c, f.data_type()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(datafusion::error::DataFusionError::from)?;
+    Ok(RecordBatch::try_new(plain, columns).map_err(datafusion::error::DataFusionError::from)?)
 }
 
 pub use laneledger_store::policy::refusal::error_kind_of;
@@ -75,19 +107,19 @@ struct Builders {
     job_id: StringBuilder,
     idem_key: StringBuilder,
     attempt_no: Int64Builder,
-    lane: StringBuilder,
+    lane: LabelBuilder,
     started_at: TimestampMicrosecondBuilder,
     ended_at: TimestampMicrosecondBuilder,
-    outcome: StringBuilder,
+    outcome: LabelBuilder,
     tokens_in: Int64Builder,
     tokens_out: Int64Builder,
     artifact_id: StringBuilder,
     http_status: Int64Builder,
     provider_code: Int64Builder,
-    key_id: StringBuilder,
-    pool_id: StringBuilder,
-    model: StringBuilder,
-    error_kind: StringBuilder,
+    key_id: LabelBuilder,
+    pool_id: LabelBuilder,
+    model: LabelBuilder,
+    error_kind: LabelBuilder,
     attrs: StringBuilder,
     ingested_at: TimestampMicrosecondBuilder,
     rows: usize,
@@ -106,23 +138,24 @@ impl Builders {
         let cap = |i: usize| if want[i] { rows } else { 0 };
         let ts = |i: usize| TimestampMicrosecondBuilder::with_capacity(cap(i)).with_timezone("UTC");
         let text = |i: usize| StringBuilder::with_capacity(cap(i), cap(i) * 12);
+        let label = |i: usize| LabelBuilder::with_capacity(cap(i));
         Builders {
             job_id: text(0),
             idem_key: text(1),
             attempt_no: Int64Builder::with_capacity(cap(2)),
-            lane: text(3),
+            lane: label(3),
             started_at: ts(4),
             ended_at: ts(5),
-            outcome: text(6),
+            outcome: label(6),
             tokens_in: Int64Builder::with_capacity(cap(7)),
             tokens_out: Int64Builder::with_capacity(cap(8)),
             artifact_id: text(9),
             http_status: Int64Builder::with_capacity(cap(10)),
             provider_code: Int64Builder::with_capacity(cap(11)),
-            key_id: text(12),
-            pool_id: text(13),
-            model: text(14),
-            error_kind: text(15),
+            key_id: label(12),
+            pool_id: label(13),
+            model: label(14),
+            error_kind: label(15),
             attrs: text(16),
             ingested_at: ts(17),
             rows: 0,
@@ -143,7 +176,7 @@ impl Builders {
             self.attempt_no.append_value(i64::from(a.attempt_no));
         }
         if w[3] {
-            self.lane.append_value(a.lane.as_str());
+            self.lane.append_static(a.lane.as_str());
         }
         if w[4] {
             self.started_at.append_value(a.started_at);
@@ -152,7 +185,7 @@ impl Builders {
             self.ended_at.append_option(a.ended_at);
         }
         if w[6] {
-            self.outcome.append_option(a.outcome.map(|o| o.as_str()));
+            self.outcome.append_static_option(a.outcome.map(|o| o.as_str()));
         }
         if w[7] {
             self.tokens_in.append_value(a.tokens_in.unwrap_or(0) as i64);
@@ -180,7 +213,7 @@ impl Builders {
         }
         if w[15] {
             self.error_kind
-                .append_option(error_kind_of(a.http_status, a.provider_code).map(|k| k.as_str()));
+                .append_static_option(error_kind_of(a.http_status, a.provider_code).map(|k| k.as_str()));
         }
         if w[16] {
             self.attrs.append_option(a.attrs);

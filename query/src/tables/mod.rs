@@ -10,6 +10,7 @@ pub mod decision_conflict;
 pub mod gate_decision;
 pub mod ingest_reject;
 pub mod job_attempt;
+pub mod labels;
 pub mod ledger_table;
 pub mod parquet_source;
 pub mod retention_tables;

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use laneledger_store::StoredAttempt;
 
@@ -280,7 +280,7 @@ impl GroupRule for KeyRule {
     }
 
     fn group<'c>(&self, c: &'c Columns, i: usize) -> Option<&'c str> {
-        super::text(&c.key_id, i)
+        c.key_id.get(i)
     }
 
     /// The keys of every attempt of each job one of `changes` belongs to.
@@ -331,7 +331,7 @@ impl GroupRule for PoolRule {
     }
 
     fn group<'c>(&self, c: &'c Columns, i: usize) -> Option<&'c str> {
-        super::text(&c.key_id, i).and(super::text(&c.pool_id, i))
+        c.key_id.get(i).and(c.pool_id.get(i))
     }
 
     /// The pools `changes` gave a 1305 refusal (new, or completed: its time may move) or a key
@@ -355,7 +355,7 @@ impl GroupRule for PoolRule {
         let mut events: Vec<(i64, &str)> = Vec::new();
         for &row in rows {
             let (c, i) = chunks.at(row as usize);
-            let Some(key) = super::text(&c.key_id, i) else { continue };
+            let Some(key) = c.key_id.get(i) else { continue };
             keys.insert(key);
             if c.provider_code(i) == Some(laneledger_store::policy::refusal::ZAI_OVERLOAD) {
                 events.push((c.end(i), key));

@@ -43,6 +43,7 @@ use crate::derived::kept::ByJob;
 use crate::derived::week_attempt::{RowWeeks, WeekColumn};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache, Cursor};
+use crate::tables::labels::Text;
 
 /// The table's name.
 pub const TABLE: &str = "data_quality";
@@ -96,7 +97,7 @@ struct Cols<'b> {
     attempt_no: &'b Int64Array,
     started_at: &'b TimestampMicrosecondArray,
     ended_at: &'b TimestampMicrosecondArray,
-    outcome: &'b StringArray,
+    outcome: Text,
     tokens_in: &'b Int64Array,
     tokens_out: &'b Int64Array,
     artifact_id: &'b StringArray,
@@ -112,7 +113,7 @@ impl<'b> Cols<'b> {
             attempt_no: c("attempt_no")?.as_primitive::<Int64Type>(),
             started_at: c("started_at")?.as_primitive::<TimestampMicrosecondType>(),
             ended_at: c("ended_at")?.as_primitive::<TimestampMicrosecondType>(),
-            outcome: c("outcome")?.as_string::<i32>(),
+            outcome: Text::of(c("outcome")?)?,
             tokens_in: c("tokens_in")?.as_primitive::<Int64Type>(),
             tokens_out: c("tokens_out")?.as_primitive::<Int64Type>(),
             artifact_id: c("artifact_id")?.as_string::<i32>(),

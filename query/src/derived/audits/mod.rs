@@ -33,6 +33,7 @@ pub use crate::derived::job_week::iso_week_of;
 use crate::derived::per_read::{PerRead, PerReads, Shared, Upkeep};
 use crate::error::Result;
 use crate::tables::job_attempt::{self, AttemptCache};
+use crate::tables::labels::Text;
 use crate::tables::ledger_table::{LedgerTable, ReadFn, WeekReadFn};
 
 /// The lane.yaml settings the audits use, with the seeds' values as defaults.
@@ -158,16 +159,16 @@ struct Columns {
     job_id: StringArray,
     idem_key: StringArray,
     attempt_no: Int64Array,
-    lane: StringArray,
+    lane: Text,
     started_at: TimestampMicrosecondArray,
     ended_at: TimestampMicrosecondArray,
-    outcome: StringArray,
+    outcome: Text,
     artifact_id: StringArray,
     http_status: Int64Array,
     provider_code: Int64Array,
-    key_id: StringArray,
-    pool_id: StringArray,
-    model: StringArray,
+    key_id: Text,
+    pool_id: Text,
+    model: Text,
 }
 
 impl Columns {
@@ -177,16 +178,16 @@ impl Columns {
             job_id: c("job_id")?.as_string::<i32>().clone(),
             idem_key: c("idem_key")?.as_string::<i32>().clone(),
             attempt_no: c("attempt_no")?.as_primitive::<Int64Type>().clone(),
-            lane: c("lane")?.as_string::<i32>().clone(),
+            lane: Text::of(c("lane")?)?,
             started_at: c("started_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
             ended_at: c("ended_at")?.as_primitive::<TimestampMicrosecondType>().clone(),
-            outcome: c("outcome")?.as_string::<i32>().clone(),
+            outcome: Text::of(c("outcome")?)?,
             artifact_id: c("artifact_id")?.as_string::<i32>().clone(),
             http_status: c("http_status")?.as_primitive::<Int64Type>().clone(),
             provider_code: c("provider_code")?.as_primitive::<Int64Type>().clone(),
-            key_id: c("key_id")?.as_string::<i32>().clone(),
-            pool_id: c("pool_id")?.as_string::<i32>().clone(),
-            model: c("model")?.as_string::<i32>().clone(),
+            key_id: Text::of(c("key_id")?)?,
+            pool_id: Text::of(c("pool_id")?)?,
+            model: Text::of(c("model")?)?,
         })
     }
 
@@ -230,13 +231,13 @@ impl Columns {
             lane: laneledger_store::model::lanes::intern(self.lane.value(i)),
             started_at: self.started_at.value(i),
             ended_at: self.ended_at.is_valid(i).then(|| self.ended_at.value(i)),
-            outcome: text(&self.outcome, i).and_then(Outcome::parse),
+            outcome: self.outcome.get(i).and_then(Outcome::parse),
             artifact_id: text(&self.artifact_id, i),
             http_status: self.http_status(i),
             provider_code: self.provider_code(i),
-            key_id: text(&self.key_id, i),
-            pool_id: text(&self.pool_id, i),
-            model: text(&self.model, i),
+            key_id: self.key_id.get(i),
+            pool_id: self.pool_id.get(i),
+            model: self.model.get(i),
         }
     }
 }
@@ -294,6 +295,11 @@ impl Snapshot {
             row_week,
             weeks,
         })
+    }
+
+    /// How many attempts the snapshot holds.
+    pub fn rows(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
     }
 
     /// The attempt at `row` (a row of this snapshot).

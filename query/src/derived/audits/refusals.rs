@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder, StringDictionaryBuilder,
-    TimestampMicrosecondBuilder,
+    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{HashMap, HashSet};
 use laneledger_store::Outcome;
 use laneledger_store::policy::refusal::{self, ErrorKind, ZAI_OVERLOAD};
@@ -18,6 +17,7 @@ use super::rows::{int, text, ts};
 use super::{AuditAttempt, AuditSettings, Snapshot};
 use crate::error::Result;
 use crate::tables::job_attempt::{error_kind_of, timestamp_type};
+use crate::tables::labels::{LabelBuilder, labels_type};
 
 fn kind(a: &AuditAttempt<'_>) -> Option<ErrorKind> {
     error_kind_of(a.http_status, a.provider_code)
@@ -108,63 +108,6 @@ pub fn same_key_retry(snap: &Snapshot, _s: &AuditSettings, week: Option<&str>) -
 
 // ----- key_rest_violation -------------------------------------------------------------------------
 
-/// A text column of few distinct values, built as a dictionary from runs of equal values: each
-/// run is looked up in the dictionary once. The rows come key by key, so `key_id` and `pool_id`
-/// repeat the row before nearly always, and a busy week has millions of rows.
-struct Labels {
-    builder: StringDictionaryBuilder<Int32Type>,
-    /// The run not appended yet: its value (`None`: null) and length.
-    run: (Option<String>, usize),
-}
-
-impl Labels {
-    /// Room for `n` rows.
-    fn with_capacity(n: usize) -> Self {
-        Labels {
-            builder: StringDictionaryBuilder::with_capacity(n, 16, 256),
-            run: (None, 0),
-        }
-    }
-
-    fn append_option(&mut self, value: Option<&str>) {
-        if self.run.1 > 0 && self.run.0.as_deref() == value {
-            self.run.1 += 1;
-            return;
-        }
-        self.flush();
-        match (&mut self.run.0, value) {
-            // The run's string reused: no allocation a run.
-            (Some(held), Some(v)) => {
-                held.clear();
-                held.push_str(v);
-            }
-            (held, v) => *held = v.map(str::to_string),
-        }
-        self.run.1 = 1;
-    }
-
-    fn append_value(&mut self, value: &str) {
-        self.append_option(Some(value));
-    }
-
-    fn flush(&mut self) {
-        if self.run.1 > 0 {
-            self.builder.append_options(self.run.0.as_deref(), self.run.1);
-            self.run.1 = 0;
-        }
-    }
-
-    fn finish(&mut self) -> datafusion::arrow::array::DictionaryArray<Int32Type> {
-        self.flush();
-        self.builder.finish()
-    }
-}
-
-/// The type of a [`Labels`] column.
-fn labels_type() -> DataType {
-    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
-}
-
 /// iso_week, key_id, pool_id, job_id, attempt_no, started_at, rest (`rest` | `long break`),
 /// refused_job_id, refused_attempt_no, refused_kind, strikes (transient refusals in a row before
 /// the refusal), rest_s (seconds), rest_until, early_s (seconds before the rest ended), model (the
@@ -204,6 +147,7 @@ pub(super) struct Rest {
 
 /// One use of a key: what the rest rules read of an attempt (rows are in (job_id, attempt_no)
 /// order, so `row` breaks ties as those two would).
+#[derive(Clone, Copy)]
 pub(super) struct Use {
     /// When its answer arrived: ended_at, else started_at (µs).
     pub(super) end: i64,
@@ -223,35 +167,79 @@ pub(super) struct Use {
 /// come from every use of the key, whatever its job's week.
 pub fn key_rest_violation(snap: &Snapshot, s: &AuditSettings, week: Option<&str>) -> Result<RecordBatch> {
     let reported = snap.rows_in(week);
-    // Each key's uses: found by hash (one key compare a use, where a tree of keys took a few),
-    // then walked in key order.
-    let mut group_of: HashMap<&str, usize> = HashMap::default();
-    let mut by_key: Vec<(&str, Vec<Use>)> = Vec::new();
+    // Each use's key: found by hash once a batch (by the dictionary key), then counted, so that
+    // every key's uses go to their place in one array. Grown key by key, the lists held up to twice
+    // the uses (240 MB at 10 M attempts) and were copied at every growth.
+    const NO_KEY: u32 = u32::MAX;
+    let mut group_of: HashMap<&str, u32> = HashMap::default();
+    let (mut keys, mut counts): (Vec<&str>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut group_at: Vec<u32> = Vec::with_capacity(snap.rows());
+    for (_, c) in snap.chunks() {
+        let mut by_code: Vec<Option<u32>> = vec![None; c.key_id.codes()];
+        for i in 0..c.len() {
+            let Some(k) = c.key_id.get(i) else {
+                group_at.push(NO_KEY);
+                continue;
+            };
+            let mut group = || {
+                *group_of.entry(k).or_insert_with(|| {
+                    keys.push(k);
+                    counts.push(0);
+                    (keys.len() - 1) as u32
+                })
+            };
+            let g = match c.key_id.code(i) {
+                Some(code) => *by_code[code].get_or_insert_with(group),
+                None => group(),
+            };
+            counts[g as usize] += 1;
+            group_at.push(g);
+        }
+    }
+    // The keys in order, each with its range of `uses`.
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    order.sort_unstable_by_key(|&g| keys[g as usize]);
+    let (mut next, mut bounds) = (vec![0usize; keys.len()], Vec::with_capacity(keys.len()));
+    let mut total = 0;
+    for &g in &order {
+        next[g as usize] = total;
+        total += counts[g as usize];
+        bounds.push(next[g as usize]..total);
+    }
+    let mut uses = vec![
+        Use {
+            end: 0,
+            started_at: 0,
+            row: 0,
+            kind: None,
+        };
+        total
+    ];
     for (start, c) in snap.chunks() {
         for i in 0..c.len() {
-            if let Some(k) = super::text(&c.key_id, i) {
-                let g = *group_of.entry(k).or_insert_with(|| {
-                    by_key.push((k, Vec::new()));
-                    by_key.len() - 1
-                });
-                by_key[g].1.push(Use {
+            let g = group_at[start + i];
+            if g != NO_KEY {
+                let at = &mut next[g as usize];
+                uses[*at] = Use {
                     end: c.end(i),
                     started_at: c.started_at.value(i),
                     row: (start + i) as u32,
                     kind: c.kind(i),
-                });
+                };
+                *at += 1;
             }
         }
     }
-    by_key.sort_unstable_by_key(|(k, _)| *k);
+    drop(group_at);
     let mut flagged: Vec<(u32, Rest)> = Vec::new();
-    for (_, uses) in &mut by_key {
-        flag_uses(uses, s, |row, r| {
+    for range in bounds {
+        flag_uses(&mut uses[range], s, |row, r| {
             if reported.keeps(row as usize) {
                 flagged.push((row, r));
             }
         });
     }
+    drop(uses);
     // Built in one pass: a busy key pool can flag millions of uses.
     let mut out = RestRows::with_capacity(flagged.len());
     for (row, r) in flagged {
@@ -318,12 +306,12 @@ impl super::Columns {
     /// The fields of the use at `i` that a rest row shows.
     pub(super) fn rest_use(&self, i: usize) -> RestUse<'_> {
         RestUse {
-            key_id: super::text(&self.key_id, i),
-            pool_id: super::text(&self.pool_id, i),
+            key_id: self.key_id.get(i),
+            pool_id: self.pool_id.get(i),
             job_id: self.job_id.value(i),
             attempt_no: self.attempt_no.value(i) as u32,
             started_at: self.started_at.value(i),
-            model: super::text(&self.model, i),
+            model: self.model.get(i),
         }
     }
 
@@ -346,20 +334,20 @@ pub(super) struct RestUse<'a> {
 /// `key_rest_violation` rows being built.
 pub(super) struct RestRows {
     week: StringBuilder,
-    key_id: Labels,
-    pool_id: Labels,
+    key_id: LabelBuilder,
+    pool_id: LabelBuilder,
     job_id: StringBuilder,
     attempt_no: Int64Builder,
     started_at: TimestampMicrosecondBuilder,
-    rest: Labels,
+    rest: LabelBuilder,
     refused_job_id: StringBuilder,
     refused_attempt_no: Int64Builder,
-    refused_kind: Labels,
+    refused_kind: LabelBuilder,
     strikes: Int64Builder,
     rest_s: Int64Builder,
     rest_until: TimestampMicrosecondBuilder,
     early_s: Float64Builder,
-    model: Labels,
+    model: LabelBuilder,
 }
 
 impl RestRows {
@@ -368,7 +356,7 @@ impl RestRows {
         let text = || StringBuilder::with_capacity(n, n * 8);
         let int = || Int64Builder::with_capacity(n);
         let time = || TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
-        let labels = || Labels::with_capacity(n);
+        let labels = || LabelBuilder::with_capacity(n);
         RestRows {
             week: text(),
             key_id: labels(),
@@ -397,14 +385,14 @@ impl RestRows {
         self.job_id.append_value(a.job_id);
         self.attempt_no.append_value(i64::from(a.attempt_no));
         self.started_at.append_value(a.started_at);
-        self.rest.append_value(if r.kind == ErrorKind::Transient {
+        self.rest.append_static(if r.kind == ErrorKind::Transient {
             "rest"
         } else {
             "long break"
         });
         self.refused_job_id.append_value(refused.0);
         self.refused_attempt_no.append_value(i64::from(refused.1));
-        self.refused_kind.append_value(r.kind.as_str());
+        self.refused_kind.append_static(r.kind.as_str());
         self.strikes.append_value(i64::from(r.strikes));
         self.rest_s.append_value(i64::from(r.rest_s));
         self.rest_until.append_value(r.until);
@@ -492,7 +480,7 @@ pub fn episodes(snap: &Snapshot, s: &AuditSettings) -> Vec<Episode> {
     let mut events: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
     for (_, c) in snap.chunks() {
         for i in 0..c.len() {
-            let (Some(pool), Some(key)) = (super::text(&c.pool_id, i), super::text(&c.key_id, i)) else {
+            let (Some(pool), Some(key)) = (c.pool_id.get(i), c.key_id.get(i)) else {
                 continue;
             };
             pool_keys.entry(pool).or_default().insert(key);
