@@ -49,16 +49,6 @@ impl LabelBuilder {
         }
     }
 
-    /// Rows appended since the last [`LabelBuilder::finish`].
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Whether no row was appended since the last [`LabelBuilder::finish`].
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     #[inline]
     fn value(&self, key: i32) -> &[u8] {
         let k = key as usize;
