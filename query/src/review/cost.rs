@@ -11,7 +11,7 @@
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
 use datafusion::common::HashMap;
-use laneledger_store::config::prices::{AttemptCost, PricesConfig};
+use laneledger_store::config::prices::{AttemptCost, Price, PricesConfig, router_cost};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -183,7 +183,9 @@ impl Fold {
     /// `batches`: `week_attempt`'s `iso_week` and the [`COLUMNS`] of `job_attempt`.
     fn of(batches: &[RecordBatch], week: &str, prices: &PricesConfig) -> Result<Fold> {
         let mut fold = Fold::default();
-        // idem_key → its artifacts, borrowed from the batches: no string is copied.
+        // idem_key → its artifacts, borrowed from the batches: no string is copied. Grown, not
+        // sized to the week's rows ahead: with a key's retries among them, a table of the rows'
+        // count can be twice that of the keys' (a power of two above each).
         let mut landed: HashMap<&str, Landed<'_>> = HashMap::default();
         for b in batches {
             let c = |name| crate::tables::job_attempt::column(b, name);
@@ -210,14 +212,42 @@ impl Fold {
                 c("tokens_in")?.as_primitive::<Int64Type>(),
                 c("tokens_out")?.as_primitive::<Int64Type>(),
             );
+            // (group, price) of each (lane, model) pair of the batch's dictionaries, found at the
+            // pair's first row: a row costs two key reads instead of string compares.
+            let models = model.codes() + 1;
+            let dictionaries = matches!((&lane, &model), (Text::Dict { .. }, Text::Dict { .. }));
+            let mut pairs: Vec<Option<(usize, Option<Price>)>> = vec![None; (lane.codes() + 1) * models];
             for i in 0..b.num_rows() {
                 if keys.value(i) != key {
                     continue;
                 }
-                let (lane, model, attrs) = (lane.get(i).unwrap_or_default(), model.get(i), opt(attrs, i));
+                // A null is the code after its column's last.
+                let pair = dictionaries
+                    .then(|| lane.code(i).unwrap_or(lane.codes()) * models + model.code(i).unwrap_or(model.codes()));
+                let (g, price) = match pair.and_then(|p| pairs[p]) {
+                    Some(found) => found,
+                    None => {
+                        let (lane_text, model_text) = (lane.get(i).unwrap_or_default(), model.get(i));
+                        let found = (
+                            fold.group(lane_text, model_text),
+                            prices.price_of(lane_text, model_text).copied(),
+                        );
+                        if let Some(p) = pair {
+                            pairs[p] = Some(found);
+                        }
+                        found
+                    }
+                };
+                let attrs = opt(attrs, i);
                 let (tokens_in, tokens_out) = (num(tin, i).unwrap_or(0), num(tout, i).unwrap_or(0));
                 let (started_at, ended_at) = (ts(started, i).unwrap_or(0), ts(ended, i));
-                let cost = prices.cost_of(lane, model, tokens_in, tokens_out, attrs);
+                // As [`PricesConfig::cost_of`]: the router's figure, else the price table's.
+                let cost = match attrs.and_then(router_cost) {
+                    Some(v) => AttemptCost::Router(v),
+                    None => price.map_or(AttemptCost::Unpriced, |p| {
+                        AttemptCost::Table(p.cost(tokens_in, tokens_out))
+                    }),
+                };
                 if let Some(id) = opt(artifact, i) {
                     let at = (ended_at.is_none(), ended_at.unwrap_or(i64::MAX));
                     let value = cost.value().unwrap_or(0.0);
@@ -229,7 +259,7 @@ impl Fold {
                             more: Vec::new(),
                         });
                 }
-                fold.add(lane, model, tokens_in, tokens_out, started_at, ended_at, cost, attrs);
+                fold.add(g, tokens_in, tokens_out, started_at, ended_at, cost, attrs);
             }
         }
         fold.keyed_artifacts = landed.len() as i64;
@@ -246,20 +276,9 @@ impl Fold {
         Ok(fold)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &mut self,
-        lane: &str,
-        model: Option<&str>,
-        tokens_in: i64,
-        tokens_out: i64,
-        started_at: i64,
-        ended_at: Option<i64>,
-        cost: AttemptCost,
-        attrs: Option<&str>,
-    ) {
-        self.attempts += 1;
-        let g = match self
+    /// The index of the (lane, model) group, added when new.
+    fn group(&mut self, lane: &str, model: Option<&str>) -> usize {
+        match self
             .groups
             .iter()
             .position(|((l, m), _)| l == lane && m.as_deref() == model)
@@ -270,7 +289,22 @@ impl Fold {
                     .push(((lane.to_string(), model.map(str::to_string)), LaneModel::default()));
                 self.groups.len() - 1
             }
-        };
+        }
+    }
+
+    /// One attempt of group `g` ([`Fold::group`]).
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        g: usize,
+        tokens_in: i64,
+        tokens_out: i64,
+        started_at: i64,
+        ended_at: Option<i64>,
+        cost: AttemptCost,
+        attrs: Option<&str>,
+    ) {
+        self.attempts += 1;
         let g = &mut self.groups[g].1;
         g.attempts += 1;
         g.tokens_in += tokens_in;
