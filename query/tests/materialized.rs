@@ -534,6 +534,76 @@ async fn a_read_in_the_tables_order_merges_its_partitions_instead_of_sorting() {
 /// (the scan hands over the first batches as one partition), instead of whichever partition
 /// DataFusion read first: what someone typing `SELECT * FROM job_attempt LIMIT 10` expects.
 #[tokio::test]
+async fn a_week_filter_on_week_attempt_reads_that_weeks_rows_and_answers_as_the_label_compare_would() {
+    let (_dir, ledger, _rng, _jobs) = random_ledger(0x3ee6_a77e, 2_000);
+    let session = Session::new(ledger).await.unwrap();
+    let weeks: Vec<String> = rows(
+        &session,
+        "SELECT DISTINCT arrow_cast(iso_week, 'Utf8') AS w FROM week_attempt ORDER BY w",
+    )
+    .await
+    .into_iter()
+    .map(|r| r[0].clone())
+    .collect();
+    assert!(weeks.len() >= 3, "{weeks:?}");
+    // `arrow_cast(iso_week, 'Utf8') = …` compares the labels in DataFusion's filter, row by row;
+    // `iso_week = …` is the scan's, by the dictionary key.
+    let mut seen = 0;
+    for week in weeks.iter().map(String::as_str).chain(["2020-W01"]) {
+        for shape in [
+            "SELECT * FROM week_attempt WHERE {f} ORDER BY job_id, attempt_no",
+            "SELECT job_id, attempt_no, lane FROM week_attempt WHERE {f} AND lane = 'paid' ORDER BY job_id, attempt_no",
+            "SELECT lane, COUNT(*), SUM(tokens_in) FROM week_attempt WHERE {f} GROUP BY lane ORDER BY lane",
+            "SELECT COUNT(*) FROM week_attempt WHERE {f}",
+        ] {
+            let pushed = rows(&session, &shape.replace("{f}", &format!("iso_week = '{week}'"))).await;
+            let compared = rows(
+                &session,
+                &shape.replace("{f}", &format!("arrow_cast(iso_week, 'Utf8') = '{week}'")),
+            )
+            .await;
+            assert_eq!(pushed, compared, "{week}: {shape}");
+            seen += pushed.len();
+        }
+        let n: usize = rows(
+            &session,
+            &format!("SELECT COUNT(*) FROM week_attempt WHERE iso_week = '{week}'"),
+        )
+        .await[0][0]
+            .parse()
+            .unwrap();
+        assert_eq!(n == 0, week == "2020-W01", "{week}");
+        // A limit takes that week's first rows in the table's order.
+        let first = rows(
+            &session,
+            &format!("SELECT job_id, attempt_no FROM week_attempt WHERE iso_week = '{week}' LIMIT 3"),
+        )
+        .await;
+        let sorted = rows(
+            &session,
+            &format!("SELECT job_id, attempt_no FROM week_attempt WHERE iso_week = '{week}' ORDER BY job_id, attempt_no LIMIT 3"),
+        )
+        .await;
+        assert_eq!(first, sorted, "{week}");
+    }
+    assert!(seen > 2_000, "{seen}");
+    // Two weeks at once hold no row.
+    let both = format!(
+        "SELECT COUNT(*) FROM week_attempt WHERE iso_week = '{}' AND iso_week = '{}'",
+        weeks[0], weeks[1]
+    );
+    assert_eq!(rows(&session, &both).await, [["0"]]);
+    // The equality is the scan's own: DataFusion keeps no filter of it.
+    let plan = plan(
+        &session,
+        &format!("SELECT job_id FROM week_attempt WHERE iso_week = '{}'", weeks[1]),
+    )
+    .await;
+    assert!(plan.contains("full_filters=[week_attempt.iso_week = "), "{plan}");
+    assert!(!plan.contains("FilterExec"), "{plan}");
+}
+
+#[tokio::test]
 async fn a_limit_without_order_by_gives_the_tables_first_rows_in_order() {
     let (_d, ledger) = common::ledger_from_drill(48_000, Policy::NoPin, 9);
     let session = Session::new(ledger).await.unwrap();

@@ -14,8 +14,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{ArrayRef, AsArray, DictionaryArray, Int32Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, Int32Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimestampMicrosecondType};
+use datafusion::physical_plan::memory::LazyBatchGenerator;
 
 use crate::derived::job_week::{WeekCache, iso_week_of, week_start_of};
 use crate::error::{Error, Result};
@@ -72,7 +77,27 @@ impl WeekColumn {
     ///
     /// Errors: the cache's.
     pub fn read(&self, attempts: &AttemptCache, columns: &[usize]) -> Result<Vec<RecordBatch>> {
-        let wants_week = columns.contains(&0);
+        Ok(self
+            .read_week(attempts, columns, None)?
+            .into_iter()
+            .map(|(b, _)| b)
+            .collect())
+    }
+
+    /// [`WeekColumn::read`] of the chunks holding rows whose `iso_week` is `week`, when given,
+    /// each with the mask of those rows (`None`: every row), found by the week's dictionary key:
+    /// a query of one week filters by 4-byte keys instead of comparing the label row by row, and
+    /// its other conditions see only that week's rows. The mask is applied as the rows are read
+    /// ([`WeekSlices`]), a chunk at a time, so that no copy of the week is held whole.
+    ///
+    /// Errors: the cache's.
+    pub fn read_week(
+        &self,
+        attempts: &AttemptCache,
+        columns: &[usize],
+        week: Option<&str>,
+    ) -> Result<Vec<(RecordBatch, Option<BooleanArray>)>> {
+        let wants_week = columns.contains(&0) || week.is_some();
         let mut wanted: Vec<usize> = columns.iter().filter(|&&c| c > 0).map(|&c| c - 1).collect();
         if wants_week {
             wanted.extend(WEEK_COLUMNS);
@@ -91,6 +116,15 @@ impl WeekColumn {
         );
         let mut out = Vec::with_capacity(chunks.len());
         for (k, chunk) in chunks.iter().enumerate() {
+            // The rows of `week`: none, all, or some (a mask of the chunk's rows).
+            let mask = match week {
+                None => None,
+                Some(w) => match week_mask(&weeks[k], w)? {
+                    Pick::None => continue,
+                    Pick::All => None,
+                    Pick::Some(mask) => Some(mask),
+                },
+            };
             let cols: Vec<ArrayRef> = columns
                 .iter()
                 .map(|&c| match c {
@@ -101,13 +135,12 @@ impl WeekColumn {
                 })
                 .collect();
             let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(chunk.num_rows()));
-            out.push(
-                RecordBatch::try_new_with_options(schema.clone(), cols, &options)
-                    .map_err(datafusion::error::DataFusionError::from)?,
-            );
+            let batch = RecordBatch::try_new_with_options(schema.clone(), cols, &options)
+                .map_err(datafusion::error::DataFusionError::from)?;
+            out.push((batch, mask));
         }
         if out.is_empty() {
-            out.push(RecordBatch::new_empty(schema));
+            out.push((RecordBatch::new_empty(schema), None));
         }
         Ok(out)
     }
@@ -241,6 +274,80 @@ fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
 }
 
 /// The key of `label` in `labels`, added when new.
+/// One scan partition of a week's rows ([`WeekColumn::read_week`]'s chunks and masks, in order),
+/// filtered one chunk at a time as DataFusion asks for the next batch.
+#[derive(Debug, Clone)]
+pub struct WeekSlices {
+    chunks: Arc<Vec<(RecordBatch, Option<BooleanArray>)>>,
+    next: usize,
+}
+
+impl WeekSlices {
+    /// The partition of `chunks`, from the first.
+    pub fn new(chunks: Vec<(RecordBatch, Option<BooleanArray>)>) -> Self {
+        WeekSlices {
+            chunks: Arc::new(chunks),
+            next: 0,
+        }
+    }
+}
+
+impl std::fmt::Display for WeekSlices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "week_attempt of one week: {} chunks", self.chunks.len())
+    }
+}
+
+impl LazyBatchGenerator for WeekSlices {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn generate_next_batch(&mut self) -> datafusion::error::Result<Option<RecordBatch>> {
+        let Some((batch, mask)) = self.chunks.get(self.next) else {
+            return Ok(None);
+        };
+        self.next += 1;
+        Ok(Some(match mask {
+            None => batch.clone(),
+            Some(mask) => filter_record_batch(batch, mask)?,
+        }))
+    }
+
+    fn reset_state(&self) -> Arc<parking_lot::RwLock<dyn LazyBatchGenerator>> {
+        Arc::new(parking_lot::RwLock::new(WeekSlices {
+            chunks: self.chunks.clone(),
+            next: 0,
+        }))
+    }
+}
+
+/// Which rows of a chunk a week filter keeps.
+enum Pick {
+    None,
+    All,
+    Some(BooleanArray),
+}
+
+/// The rows of `weeks` (a chunk's `iso_week`) whose label is `week`.
+fn week_mask(weeks: &ArrayRef, week: &str) -> Result<Pick> {
+    let weeks = weeks
+        .as_dictionary_opt::<Int32Type>()
+        .ok_or_else(|| Error::Internal("iso_week is not a dictionary".into()))?;
+    let labels = weeks.values().as_string::<i32>();
+    let Some(key) = (0..labels.len()).find(|&k| labels.is_valid(k) && labels.value(k) == week) else {
+        return Ok(Pick::None);
+    };
+    let keys = weeks.keys();
+    let mask = eq(keys, &Int32Array::new_scalar(key as i32)).map_err(datafusion::error::DataFusionError::from)?;
+    // iso_week is never null; a null key would be no match.
+    Ok(match mask.true_count() {
+        0 => Pick::None,
+        n if n == keys.len() && keys.null_count() == 0 => Pick::All,
+        _ => Pick::Some(mask),
+    })
+}
+
 fn label_key(labels: &mut Vec<String>, label: &str) -> i32 {
     match labels.iter().position(|l| l == label) {
         Some(k) => k as i32,

@@ -320,6 +320,10 @@ impl Session {
             let (attempts, weeks) = (attempts.clone(), week_column.clone());
             Arc::new(move |_: &Ledger, columns: &[usize]| weeks.read(&attempts, columns))
         })
+        .with_week_columns({
+            let (attempts, weeks) = (attempts.clone(), week_column.clone());
+            Arc::new(move |_: &Ledger, columns: &[usize], week: &str| weeks.read_week(&attempts, columns, Some(week)))
+        })
         .sorted_by(&["job_id", "attempt_no"]);
         ctx.register_table(week_attempt::TABLE, Arc::new(week_attempt_table))?;
         for (name, schema, read) in tables {

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -17,8 +17,10 @@ use datafusion::logical_expr::TableProviderFilterPushDown;
 use datafusion::physical_expr::expressions::col;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::memory::{LazyBatchGenerator, LazyMemoryExec};
 use laneledger_store::Ledger;
 
+use crate::derived::week_attempt::WeekSlices;
 use crate::engine::read_floor::Floor;
 use crate::error::Result;
 
@@ -36,6 +38,13 @@ pub type JobReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Sen
 /// Builds only the rows of one ISO week (`iso_week = '2026-W47'`, the week of a row's job) of a
 /// derived table, such as an audit, instead of every week's.
 pub type WeekReadFn = Arc<dyn Fn(&Ledger, &str) -> Result<Vec<RecordBatch>> + Send + Sync>;
+
+/// Reads only some columns (as [`ProjectedReadFn`]) of the rows of one ISO week
+/// (`iso_week = '2026-W47'`), exactly those: the filter is the read's, not DataFusion's.
+/// Each batch comes with the mask of the week's rows (`None`: all of them), applied as the scan
+/// reads it.
+pub type ProjectedWeekReadFn =
+    Arc<dyn Fn(&Ledger, &[usize], &str) -> Result<Vec<(RecordBatch, Option<BooleanArray>)>> + Send + Sync>;
 
 /// The batches of the last read, under the ledger generation they were read at and what they
 /// were read for (a week, or `""` for every row).
@@ -56,6 +65,8 @@ pub struct LedgerTable {
     week_read: Option<WeekReadFn>,
     /// The last week built by `week_read`.
     week_cache: Cache,
+    /// A projected read of one week's rows, for queries that fix `iso_week` to one value.
+    week_columns: Option<ProjectedWeekReadFn>,
 }
 
 /// How a table's rows are read.
@@ -78,6 +89,7 @@ impl LedgerTable {
             job_read: None,
             week_read: None,
             week_cache: Mutex::new(None),
+            week_columns: None,
         }
     }
 
@@ -93,6 +105,7 @@ impl LedgerTable {
             job_read: None,
             week_read: None,
             week_cache: Mutex::new(None),
+            week_columns: None,
         }
     }
 
@@ -110,6 +123,14 @@ impl LedgerTable {
     /// rows, never fewer.
     pub fn with_week_read(mut self, read: WeekReadFn) -> Self {
         self.week_read = Some(read);
+        self
+    }
+
+    /// Answers a projected scan whose filters include `iso_week = '<literal>'` with `read`, which
+    /// returns exactly the rows of that week: the pushdown is `Exact`, so DataFusion neither
+    /// compares the labels nor sees the other weeks' rows.
+    pub fn with_week_columns(mut self, read: ProjectedWeekReadFn) -> Self {
+        self.week_columns = Some(read);
         self
     }
 
@@ -147,7 +168,9 @@ impl TableProvider for LedgerTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if (self.job_read.is_some() && literal_of(f, "job_id").is_some())
+                if self.week_columns.is_some() && literal_of(f, "iso_week").is_some() {
+                    TableProviderFilterPushDown::Exact
+                } else if (self.job_read.is_some() && literal_of(f, "job_id").is_some())
                     || (self.week_read.is_some() && literal_of(f, "iso_week").is_some())
                 {
                     TableProviderFilterPushDown::Inexact
@@ -180,6 +203,23 @@ impl TableProvider for LedgerTable {
             let (ledger, read, w) = (self.ledger.clone(), read.clone(), week.to_string());
             let batches = cached(&self.ledger, floor, &self.week_cache, week, move || read(&ledger, &w)).await?;
             return self.source(state, batches.as_ref().clone(), projection, limit);
+        }
+        if let Some(read) = &self.week_columns {
+            let mut weeks = filters.iter().filter_map(|f| literal_of(f, "iso_week"));
+            if let Some(week) = weeks.next() {
+                let columns: Vec<usize> = projection
+                    .cloned()
+                    .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+                // Two different weeks at once hold no row; the read of one is as good an empty
+                // answer as any, the other filtered out below.
+                let (ledger, read, cols, w) = (self.ledger.clone(), read.clone(), columns.clone(), week.to_string());
+                let mut batches = blocking(floor, move || read(&ledger, &cols, &w)).await?;
+                if weeks.any(|other| other != week) {
+                    batches.truncate(1);
+                    batches.iter_mut().for_each(|(b, m)| (*b, *m) = (b.slice(0, 0), None));
+                }
+                return self.week_source(state, batches, &columns, limit);
+            }
         }
         let read = match &self.read {
             Read::Whole(read) => read,
@@ -264,6 +304,47 @@ impl LedgerTable {
         Ok(DataSourceExec::from_data_source(source))
     }
 
+    /// [`LedgerTable::projected_source`] of batches each with the mask of the rows it gives
+    /// ([`WeekSlices`]), applied a batch at a time as the plan reads them.
+    fn week_source(
+        &self,
+        state: &dyn Session,
+        batches: Vec<(RecordBatch, Option<BooleanArray>)>,
+        columns: &[usize],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let schema = Arc::new(self.schema.project(columns)?);
+        let target = state.config().target_partitions().max(1);
+        // With a limit, one partition: the first rows in the table's order (see
+        // [`scan_partitions`]).
+        let parts = match limit {
+            Some(_) => {
+                let mut parts = vec![batches];
+                parts.resize(target, Vec::new());
+                parts
+            }
+            None => partitions_by(
+                batches,
+                |(b, m)| m.as_ref().map_or(b.num_rows(), BooleanArray::true_count),
+                target,
+            ),
+        };
+        let generators: Vec<Arc<parking_lot::RwLock<dyn LazyBatchGenerator>>> = parts
+            .into_iter()
+            .map(|p| Arc::new(parking_lot::RwLock::new(WeekSlices::new(p))) as _)
+            .collect();
+        let mut exec = LazyMemoryExec::try_new(schema.clone(), generators)?;
+        let sort: Vec<PhysicalSortExpr> = self
+            .order
+            .iter()
+            .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
+            .collect();
+        if !sort.is_empty() {
+            exec.add_ordering(sort);
+        }
+        Ok(Arc::new(exec))
+    }
+
     /// `batches` (in the table's declared order) as in-memory partitions ([`scan_partitions`]).
     fn source(
         &self,
@@ -317,9 +398,14 @@ fn scan_partitions(batches: Vec<RecordBatch>, state: &dyn Session, limit: Option
 /// and sort every row again: `ORDER BY job_id, attempt_no` over all of `job_attempt` ran out of
 /// query memory at 1 M attempts).
 fn partitions(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
-    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    partitions_by(batches, RecordBatch::num_rows, n)
+}
+
+/// [`partitions`] of items of `rows_of(item)` rows each.
+fn partitions_by<T>(batches: Vec<T>, rows_of: impl Fn(&T) -> usize, n: usize) -> Vec<Vec<T>> {
+    let total: usize = batches.iter().map(&rows_of).sum();
     let n = n.clamp(1, batches.len().max(1));
-    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new()];
+    let mut parts: Vec<Vec<T>> = vec![Vec::new()];
     let mut rows = 0;
     for batch in batches {
         // Start the next partition once this one holds its share.
@@ -327,7 +413,7 @@ fn partitions(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
         if rows >= share && parts.len() < n && !parts.last().is_some_and(Vec::is_empty) {
             parts.push(Vec::new());
         }
-        rows += batch.num_rows();
+        rows += rows_of(&batch);
         parts.last_mut().expect("one at least").push(batch);
     }
     parts
@@ -358,6 +444,15 @@ fn value_of<'e>(c: &'e Expr, l: &'e Expr, column: &str) -> Option<&'e str> {
                 _,
             ),
         ) if col.name == column => Some(v.as_str()),
+        // A dictionary column's literal, as DataFusion's type coercion writes it.
+        (Expr::Column(col), Expr::Literal(ScalarValue::Dictionary(_, v), _)) if col.name == column => {
+            match v.as_ref() {
+                ScalarValue::Utf8(Some(v)) | ScalarValue::LargeUtf8(Some(v)) | ScalarValue::Utf8View(Some(v)) => {
+                    Some(v.as_str())
+                }
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
