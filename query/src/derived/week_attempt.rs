@@ -17,10 +17,8 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, Int32Array, RecordBatch, StringArray,
 };
-use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::compute::kernels::cmp::eq;
 use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimestampMicrosecondType};
-use datafusion::physical_plan::memory::LazyBatchGenerator;
 
 use crate::derived::job_week::{WeekCache, iso_week_of, week_start_of};
 use crate::error::{Error, Result};
@@ -87,8 +85,9 @@ impl WeekColumn {
     /// [`WeekColumn::read`] of the chunks holding rows whose `iso_week` is `week`, when given,
     /// each with the mask of those rows (`None`: every row), found by the week's dictionary key:
     /// a query of one week filters by 4-byte keys instead of comparing the label row by row, and
-    /// its other conditions see only that week's rows. The mask is applied as the rows are read
-    /// ([`WeekSlices`]), a chunk at a time, so that no copy of the week is held whole.
+    /// its other conditions see only that week's rows. The scan applies the masks as it reads
+    /// ([`crate::tables::ledger_table::MaskedBatches`]), a chunk at a time, so that no copy of
+    /// the week is held whole.
     ///
     /// Errors: the cache's.
     pub fn read_week(
@@ -274,54 +273,6 @@ fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
 }
 
 /// The key of `label` in `labels`, added when new.
-/// One scan partition of a week's rows ([`WeekColumn::read_week`]'s chunks and masks, in order),
-/// filtered one chunk at a time as DataFusion asks for the next batch.
-#[derive(Debug, Clone)]
-pub struct WeekSlices {
-    chunks: Arc<Vec<(RecordBatch, Option<BooleanArray>)>>,
-    next: usize,
-}
-
-impl WeekSlices {
-    /// The partition of `chunks`, from the first.
-    pub fn new(chunks: Vec<(RecordBatch, Option<BooleanArray>)>) -> Self {
-        WeekSlices {
-            chunks: Arc::new(chunks),
-            next: 0,
-        }
-    }
-}
-
-impl std::fmt::Display for WeekSlices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "week_attempt of one week: {} chunks", self.chunks.len())
-    }
-}
-
-impl LazyBatchGenerator for WeekSlices {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn generate_next_batch(&mut self) -> datafusion::error::Result<Option<RecordBatch>> {
-        let Some((batch, mask)) = self.chunks.get(self.next) else {
-            return Ok(None);
-        };
-        self.next += 1;
-        Ok(Some(match mask {
-            None => batch.clone(),
-            Some(mask) => filter_record_batch(batch, mask)?,
-        }))
-    }
-
-    fn reset_state(&self) -> Arc<parking_lot::RwLock<dyn LazyBatchGenerator>> {
-        Arc::new(parking_lot::RwLock::new(WeekSlices {
-            chunks: self.chunks.clone(),
-            next: 0,
-        }))
-    }
-}
-
 /// Which rows of a chunk a week filter keeps.
 enum Pick {
     None,

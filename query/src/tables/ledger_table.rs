@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{BooleanArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -20,7 +21,6 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::memory::{LazyBatchGenerator, LazyMemoryExec};
 use laneledger_store::Ledger;
 
-use crate::derived::week_attempt::WeekSlices;
 use crate::engine::read_floor::Floor;
 use crate::error::Result;
 
@@ -305,7 +305,7 @@ impl LedgerTable {
     }
 
     /// [`LedgerTable::projected_source`] of batches each with the mask of the rows it gives
-    /// ([`WeekSlices`]), applied a batch at a time as the plan reads them.
+    /// ([`MaskedBatches`]), applied a batch at a time as the plan reads them.
     fn week_source(
         &self,
         state: &dyn Session,
@@ -331,7 +331,7 @@ impl LedgerTable {
         };
         let generators: Vec<Arc<parking_lot::RwLock<dyn LazyBatchGenerator>>> = parts
             .into_iter()
-            .map(|p| Arc::new(parking_lot::RwLock::new(WeekSlices::new(p))) as _)
+            .map(|p| Arc::new(parking_lot::RwLock::new(MaskedBatches::new(p))) as _)
             .collect();
         let mut exec = LazyMemoryExec::try_new(schema.clone(), generators)?;
         let sort: Vec<PhysicalSortExpr> = self
@@ -364,6 +364,55 @@ impl LedgerTable {
             source = source.try_with_sort_information(vec![ordering])?;
         }
         Ok(DataSourceExec::from_data_source(source))
+    }
+}
+
+/// One scan partition of batches each with the mask of the rows it gives (`None`: all), in
+/// order, filtered one batch at a time as DataFusion asks for the next: a filtered copy of every
+/// batch is never held at once.
+#[derive(Debug, Clone)]
+pub struct MaskedBatches {
+    batches: Arc<Vec<(RecordBatch, Option<BooleanArray>)>>,
+    next: usize,
+}
+
+impl MaskedBatches {
+    /// The partition of `batches`, from the first.
+    pub fn new(batches: Vec<(RecordBatch, Option<BooleanArray>)>) -> Self {
+        MaskedBatches {
+            batches: Arc::new(batches),
+            next: 0,
+        }
+    }
+}
+
+impl std::fmt::Display for MaskedBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} batches, filtered as read", self.batches.len())
+    }
+}
+
+impl LazyBatchGenerator for MaskedBatches {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn generate_next_batch(&mut self) -> datafusion::error::Result<Option<RecordBatch>> {
+        let Some((batch, mask)) = self.batches.get(self.next) else {
+            return Ok(None);
+        };
+        self.next += 1;
+        Ok(Some(match mask {
+            None => batch.clone(),
+            Some(mask) => filter_record_batch(batch, mask)?,
+        }))
+    }
+
+    fn reset_state(&self) -> Arc<parking_lot::RwLock<dyn LazyBatchGenerator>> {
+        Arc::new(parking_lot::RwLock::new(MaskedBatches {
+            batches: self.batches.clone(),
+            next: 0,
+        }))
     }
 }
 
