@@ -8,9 +8,12 @@
 //! linearly between the two nearest ranks (p95 of 1, 2, 3, 4 s is 3.85 s).
 //! Attempts that ended before they started are left out of the percentiles and counted.
 
+use std::hash::BuildHasher;
+
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
-use datafusion::common::HashMap;
+use hashbrown::hash_table::Entry;
+use hashbrown::{DefaultHashBuilder, HashTable};
 use laneledger_store::config::prices::{AttemptCost, Price, PricesConfig, router_cost};
 use serde::Serialize;
 
@@ -183,10 +186,11 @@ impl Fold {
     /// `batches`: `week_attempt`'s `iso_week` and the [`COLUMNS`] of `job_attempt`.
     fn of(batches: &[RecordBatch], week: &str, prices: &PricesConfig) -> Result<Fold> {
         let mut fold = Fold::default();
-        // idem_key → its artifacts, borrowed from the batches: no string is copied. Grown, not
-        // sized to the week's rows ahead: with a key's retries among them, a table of the rows'
-        // count can be twice that of the keys' (a power of two above each).
-        let mut landed: HashMap<&str, Landed<'_>> = HashMap::default();
+        // Each batch with the week's rows (and its key for the week), and a bound on the week's
+        // idem_keys with an artifact: the rows with one whose key differs from the row before's
+        // (a job's retries share their key and lie together).
+        let mut picked = Vec::with_capacity(batches.len());
+        let mut bound = 0;
         for b in batches {
             let c = |name| crate::tables::job_attempt::column(b, name);
             let weeks = c("iso_week")?
@@ -198,6 +202,23 @@ impl Fold {
                 continue;
             };
             let (keys, key) = (weeks.keys(), key as i32);
+            let (idem, artifact) = (c("idem_key")?.as_string::<i32>(), c("artifact_id")?.as_string::<i32>());
+            let mut previous = None;
+            for i in 0..b.num_rows() {
+                if keys.value(i) == key && artifact.is_valid(i) {
+                    let k = idem.value(i);
+                    bound += usize::from(previous != Some(k));
+                    previous = Some(k);
+                }
+            }
+            picked.push((b, keys, key));
+        }
+        // idem_key → its artifacts, borrowed from the batches (no string is copied), each entry
+        // with its key's hash: sized once, never hashed again.
+        let hasher = DefaultHashBuilder::default();
+        let mut landed: HashTable<(u64, &str, Landed<'_>)> = HashTable::with_capacity(bound);
+        for (b, keys, key) in picked {
+            let c = |name| crate::tables::job_attempt::column(b, name);
             let (idem, lane, artifact) = (
                 c("idem_key")?.as_string::<i32>(),
                 Text::of(c("lane")?)?,
@@ -251,13 +272,21 @@ impl Fold {
                 if let Some(id) = opt(artifact, i) {
                     let at = (ended_at.is_none(), ended_at.unwrap_or(i64::MAX));
                     let value = cost.value().unwrap_or(0.0);
-                    landed
-                        .entry(idem.value(i))
-                        .and_modify(|l| l.add(id, at, value))
-                        .or_insert_with(|| Landed {
-                            first: Artifact { id, at, cost: value },
-                            more: Vec::new(),
-                        });
+                    let k = idem.value(i);
+                    let hash = hasher.hash_one(k);
+                    match landed.entry(hash, |e| e.1 == k, |e| e.0) {
+                        Entry::Occupied(mut held) => held.get_mut().2.add(id, at, value),
+                        Entry::Vacant(new) => {
+                            new.insert((
+                                hash,
+                                k,
+                                Landed {
+                                    first: Artifact { id, at, cost: value },
+                                    more: Vec::new(),
+                                },
+                            ));
+                        }
+                    }
                 }
                 fold.add(g, tokens_in, tokens_out, started_at, ended_at, cost, attrs);
             }
@@ -267,8 +296,8 @@ impl Fold {
         // order is not); only keys with a second artifact add to it.
         let mut duplicates: Vec<(&str, f64)> = landed
             .into_iter()
-            .filter(|(_, l)| !l.more.is_empty())
-            .map(|(k, l)| (k, l.duplicate_spend()))
+            .filter(|(_, _, l)| !l.more.is_empty())
+            .map(|(_, k, l)| (k, l.duplicate_spend()))
             .collect();
         duplicates.sort_unstable_by(|a, b| a.0.cmp(b.0));
         // An empty f64 sum is −0.0, which would print as "-0.0000": start from 0.0.
