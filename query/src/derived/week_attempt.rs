@@ -272,7 +272,6 @@ fn chunk_weeks(chunk: &RecordBatch) -> Result<ChunkWeeks> {
     })
 }
 
-/// The key of `label` in `labels`, added when new.
 /// Which rows of a chunk a week filter keeps.
 enum Pick {
     None,
@@ -299,6 +298,7 @@ fn week_mask(weeks: &ArrayRef, week: &str) -> Result<Pick> {
     })
 }
 
+/// The key of `label` in `labels`, added when new.
 fn label_key(labels: &mut Vec<String>, label: &str) -> i32 {
     match labels.iter().position(|l| l == label) {
         Some(k) => k as i32,
