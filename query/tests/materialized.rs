@@ -530,9 +530,6 @@ async fn a_read_in_the_tables_order_merges_its_partitions_instead_of_sorting() {
     }
 }
 
-/// A `LIMIT` without `ORDER BY` or `WHERE` gives the table's first rows in its order, every time
-/// (the scan hands over the first batches as one partition), instead of whichever partition
-/// DataFusion read first: what someone typing `SELECT * FROM job_attempt LIMIT 10` expects.
 #[tokio::test]
 async fn a_week_filter_on_week_attempt_reads_that_weeks_rows_and_answers_as_the_label_compare_would() {
     let (_dir, ledger, _rng, _jobs) = random_ledger(0x3ee6_a77e, 2_000);
@@ -603,6 +600,9 @@ async fn a_week_filter_on_week_attempt_reads_that_weeks_rows_and_answers_as_the_
     assert!(!plan.contains("FilterExec"), "{plan}");
 }
 
+/// A `LIMIT` without `ORDER BY` or `WHERE` gives the table's first rows in its order, every time
+/// (the scan hands over the first batches as one partition), instead of whichever partition
+/// DataFusion read first: what someone typing `SELECT * FROM job_attempt LIMIT 10` expects.
 #[tokio::test]
 async fn a_limit_without_order_by_gives_the_tables_first_rows_in_order() {
     let (_d, ledger) = common::ledger_from_drill(48_000, Policy::NoPin, 9);

@@ -293,15 +293,21 @@ impl LedgerTable {
         let schema = Arc::new(self.schema.project(columns)?);
         let parts = scan_partitions(batches, state, limit);
         let mut source = MemorySourceConfig::try_new(&parts, schema.clone(), None)?;
-        let sort: Vec<PhysicalSortExpr> = self
-            .order
-            .iter()
-            .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
-            .collect();
-        if let Some(ordering) = LexOrdering::new(sort) {
+        if let Some(ordering) = self.ordering_of(&schema) {
             source = source.try_with_sort_information(vec![ordering])?;
         }
         Ok(DataSourceExec::from_data_source(source))
+    }
+
+    /// The declared order that holds in a projection of the table (`schema`): the longest prefix
+    /// of its columns that was read; `None` when the first was not.
+    fn ordering_of(&self, schema: &SchemaRef) -> Option<LexOrdering> {
+        let sort: Vec<PhysicalSortExpr> = self
+            .order
+            .iter()
+            .map_while(|c| col(c, schema).ok().map(PhysicalSortExpr::new_default))
+            .collect();
+        LexOrdering::new(sort)
     }
 
     /// [`LedgerTable::projected_source`] of batches each with the mask of the rows it gives
@@ -334,13 +340,8 @@ impl LedgerTable {
             .map(|p| Arc::new(parking_lot::RwLock::new(MaskedBatches::new(p))) as _)
             .collect();
         let mut exec = LazyMemoryExec::try_new(schema.clone(), generators)?;
-        let sort: Vec<PhysicalSortExpr> = self
-            .order
-            .iter()
-            .map_while(|c| col(c, &schema).ok().map(PhysicalSortExpr::new_default))
-            .collect();
-        if !sort.is_empty() {
-            exec.add_ordering(sort);
+        if let Some(ordering) = self.ordering_of(&schema) {
+            exec.add_ordering(ordering);
         }
         Ok(Arc::new(exec))
     }
