@@ -611,7 +611,7 @@ async fn a_limit_without_order_by_gives_the_tables_first_rows_in_order() {
         let total = rows(&session, &format!("SELECT COUNT(*) FROM {table}")).await[0][0]
             .parse::<usize>()
             .unwrap();
-        // 66,000 rows span two batches of job_attempt (65,536 rows each).
+        // 66,000 rows span several chunks of job_attempt.
         for n in [5, 66_000] {
             let got = rows(&session, &format!("SELECT {key} FROM {table} LIMIT {n}")).await;
             let sorted = rows(&session, &format!("SELECT {key} FROM {table} ORDER BY {key} LIMIT {n}")).await;

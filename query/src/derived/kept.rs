@@ -8,7 +8,7 @@
 //! rebuilds only the chunks the written attempts fall into (new ids), so only those are built
 //! again. A job whose attempts run across a chunk boundary belongs to neither chunk's kept rows:
 //! the jobs at every boundary are built again at each read, all in one call (two jobs per chunk,
-//! a few hundred at 10 M attempts). The rows come out in job order, as a build of every attempt
+//! about 1,200 at 10 M attempts). The rows come out in job order, as a build of every attempt
 //! at once gives them; `query/tests/materialized.rs` checks each table against a fresh session's
 //! after writes and a sweep.
 

@@ -501,8 +501,29 @@ fn next_chunk_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A chunk that grows past this many rows by merges is cut into chunks of [`BATCH_ROWS`].
-const CHUNK_ROWS_MAX: usize = 2 * BATCH_ROWS;
+/// Rows per chunk of the cache: the scan's batches are cut into slices of this many rows (no
+/// copy). A write rebuilds the chunks it falls into, and the tables kept by chunk
+/// ([`crate::derived::kept::ByJob`]) build those chunks' rows again: a chunk small enough for that
+/// to be cheap after every write, and large enough that what every read does per chunk stays small
+/// (chunks of 8,192 made the review after a write no faster, of 4,096 slower; BENCHMARKS.md).
+const CHUNK_ROWS: usize = 16_384;
+
+/// A chunk that grows past this many rows by merges is cut into chunks of [`CHUNK_ROWS`].
+const CHUNK_ROWS_MAX: usize = 2 * CHUNK_ROWS;
+
+/// `batches` cut into slices of at most [`CHUNK_ROWS`] rows (empty batches dropped, one kept
+/// when all are).
+fn chunked(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    if batches.iter().all(|b| b.num_rows() <= CHUNK_ROWS) {
+        return batches;
+    }
+    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows().div_ceil(CHUNK_ROWS)).sum());
+    for b in &batches {
+        let n = b.num_rows();
+        out.extend((0..n).step_by(CHUNK_ROWS).map(|at| b.slice(at, CHUNK_ROWS.min(n - at))));
+    }
+    out
+}
 
 impl Cached {
     /// Takes `batches` (of `columns`, in that order), read at chain position `position`, as
@@ -649,7 +670,7 @@ impl Cached {
         Ok(())
     }
 
-    /// Cuts every chunk longer than [`CHUNK_ROWS_MAX`] into chunks of [`BATCH_ROWS`] (slices,
+    /// Cuts every chunk longer than [`CHUNK_ROWS_MAX`] into chunks of [`CHUNK_ROWS`] (slices,
     /// no copy).
     fn cut(&mut self) {
         let pieces: Vec<Vec<(usize, usize)>> = self
@@ -657,8 +678,8 @@ impl Cached {
             .iter()
             .map(|&rows| match rows > CHUNK_ROWS_MAX {
                 true => (0..rows)
-                    .step_by(BATCH_ROWS)
-                    .map(|at| (at, BATCH_ROWS.min(rows - at)))
+                    .step_by(CHUNK_ROWS)
+                    .map(|at| (at, CHUNK_ROWS.min(rows - at)))
                     .collect(),
                 false => vec![(0, rows)],
             })
@@ -849,13 +870,14 @@ impl AttemptCache {
                 need.extend(more);
             }
             let (fresh, position) = self.scan(&need)?;
+            let fresh = chunked(fresh);
             if !cached.columns.is_empty() && position != cached.position {
                 // Another snapshot: keep only what this scan read.
                 cached.columns.clear();
                 let mut all: Vec<usize> = columns.to_vec();
                 all.extend(KEY_COLUMNS.iter().filter(|k| !columns.contains(k)));
                 let (again, position) = self.scan(&all)?;
-                cached.keep(&all, &again, position);
+                cached.keep(&all, &chunked(again), position);
             } else if !cached.columns.is_empty()
                 && !fresh
                     .iter()
@@ -1061,7 +1083,41 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_chunk_grown_past_the_limit_is_cut_into_batch_sized_slices() {
+    fn a_scans_batches_are_cut_into_chunks_in_order() {
+        let rows: Vec<StoredAttempt> = (0..CHUNK_ROWS + 3)
+            .map(|i| stored(&format!("j{i:06}"), 1, i as u64))
+            .collect();
+        let scan = vec![
+            batch(&rows[..CHUNK_ROWS + 1], &HELD),
+            batch(&rows[CHUNK_ROWS + 1..], &HELD),
+        ];
+        let chunks = chunked(scan);
+        assert_eq!(
+            chunks.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(),
+            [CHUNK_ROWS, 1, 2]
+        );
+        let tokens: Vec<i64> = chunks
+            .iter()
+            .flat_map(|c| {
+                c.column(2)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(tokens, (0..CHUNK_ROWS as i64 + 3).collect::<Vec<_>>());
+        let small = vec![batch(&rows[..2], &HELD), batch(&[], &HELD)];
+        assert_eq!(
+            chunked(small).len(),
+            2,
+            "batches within a chunk's size are kept as they are"
+        );
+    }
+
+    #[test]
+    fn a_chunk_grown_past_the_limit_is_cut_into_chunk_sized_slices() {
         let n = CHUNK_ROWS_MAX + 1;
         let jobs: Vec<String> = (0..n).map(|i| format!("j{i:07}")).collect();
         let (kept, cut) = (next_chunk_id(), next_chunk_id());
@@ -1085,7 +1141,7 @@ pub(crate) mod tests {
             ],
         );
         c.cut();
-        assert_eq!(c.chunk_rows, [2, BATCH_ROWS, BATCH_ROWS, 1]);
+        assert_eq!(c.chunk_rows, [2, CHUNK_ROWS, CHUNK_ROWS, 1]);
         assert_eq!(c.chunk_ids[0], kept, "an uncut chunk keeps its id");
         let pieces: std::collections::BTreeSet<u64> = c.chunk_ids[1..].iter().copied().collect();
         assert!(
@@ -1095,6 +1151,6 @@ pub(crate) mod tests {
         );
         let last = c.columns[&0][3].as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(last.value(0), jobs[n - 1]);
-        assert_eq!(c.key(2, 0).unwrap(), (jobs[BATCH_ROWS].as_str(), BATCH_ROWS as i64));
+        assert_eq!(c.key(2, 0).unwrap(), (jobs[CHUNK_ROWS].as_str(), CHUNK_ROWS as i64));
     }
 }
