@@ -252,7 +252,7 @@ async fn a_session_merges_each_write_into_its_columns_and_answers_as_a_fresh_one
 }
 
 /// Columns first asked for after writes were merged into the held ones are cut into the same
-/// chunks (a scan cuts every 65,536 rows; merged chunks are longer), so a query mixing them
+/// chunks (the cache cuts a scan every 16,384 rows; merged chunks are longer), so a query mixing them
 /// lines up (found by a break-test: a 422 "all columns in a record batch must have the specified
 /// row count", then a panic).
 #[tokio::test]

@@ -511,8 +511,8 @@ const CHUNK_ROWS: usize = 16_384;
 /// A chunk that grows past this many rows by merges is cut into chunks of [`CHUNK_ROWS`].
 const CHUNK_ROWS_MAX: usize = 2 * CHUNK_ROWS;
 
-/// `batches` cut into slices of at most [`CHUNK_ROWS`] rows (empty batches dropped, one kept
-/// when all are).
+/// `batches` cut into slices of at most [`CHUNK_ROWS`] rows, in order: returned as they are when
+/// none is longer, else without the empty ones.
 fn chunked(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
     if batches.iter().all(|b| b.num_rows() <= CHUNK_ROWS) {
         return batches;
