@@ -1401,7 +1401,7 @@ fn pool_overload_episodes_are_built_again_only_for_the_pools_a_write_changed() {
 #[test]
 fn week_rollup_sums_again_only_the_chunks_a_write_changed() {
     use laneledger_query::derived::week_rollup::{Kept, week_rollup};
-    use laneledger_query::tables::job_attempt::{AttemptCache, BATCH_ROWS, scan};
+    use laneledger_query::tables::job_attempt::{AttemptCache, BATCH_ROWS, CHUNK_ROWS, scan};
     // More attempts than two chunks of the attempt cache hold.
     let (_dir, ledger, mut rng, mut jobs) = random_ledger(0x0eee_7011, 60_000);
     let cache = AttemptCache::new(ledger.clone());
@@ -1416,6 +1416,12 @@ fn week_rollup_sums_again_only_the_chunks_a_write_changed() {
     let attempts: usize = scan(&ledger).unwrap().iter().map(|b| b.num_rows()).sum();
     assert!(attempts > 2 * BATCH_ROWS, "{attempts} attempts");
     assert!(chunks >= 2, "{chunks} chunks");
+    // The cache holds the scan's batches cut into chunks, which the kept tables build one by one.
+    let scanned: Vec<usize> = scan(&ledger).unwrap().iter().map(|b| b.num_rows()).collect();
+    assert!(scanned.iter().any(|&n| n > CHUNK_ROWS), "a batch to cut: {scanned:?}");
+    let held: Vec<usize> = cache.chunks(&[0, 2]).unwrap().0.iter().map(|b| b.num_rows()).collect();
+    assert!(held.iter().all(|&n| n <= CHUNK_ROWS), "{held:?}");
+    assert_eq!(held.iter().sum::<usize>(), attempts);
     check("read again");
     assert_eq!(kept.chunk_builds(), chunks, "nothing changed");
     // One new job with a held job's idem_key and an artifact of its own: a duplicate if the held

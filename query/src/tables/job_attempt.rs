@@ -11,7 +11,8 @@ use laneledger_store::{AttemptChanges, AttemptChunk, Ledger, StoredAttempt, Stor
 use crate::error::Result;
 use crate::tables::labels::{LabelBuilder, labels_type};
 
-/// Rows per Arrow batch.
+/// The most rows per Arrow batch a scan decodes and builds (the attempt cache holds them cut into chunks of
+/// [`CHUNK_ROWS`]).
 pub const BATCH_ROWS: usize = 65_536;
 
 /// How many columns `job_attempt` has.
@@ -506,21 +507,21 @@ fn next_chunk_id() -> u64 {
 /// ([`crate::derived::kept::ByJob`]) build those chunks' rows again: a chunk small enough for that
 /// to be cheap after every write, and large enough that what every read does per chunk stays small
 /// (chunks of 8,192 made the review after a write no faster, of 4,096 slower; BENCHMARKS.md).
-const CHUNK_ROWS: usize = 16_384;
+pub const CHUNK_ROWS: usize = 16_384;
 
 /// A chunk that grows past this many rows by merges is cut into chunks of [`CHUNK_ROWS`].
 const CHUNK_ROWS_MAX: usize = 2 * CHUNK_ROWS;
 
-/// `batches` cut into slices of at most [`CHUNK_ROWS`] rows, in order: returned as they are when
-/// none is longer, else without the empty ones.
+/// `batches` in order, each longer than [`CHUNK_ROWS`] cut into slices of that many rows (the
+/// last shorter), the others as they are.
 fn chunked(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
-    if batches.iter().all(|b| b.num_rows() <= CHUNK_ROWS) {
-        return batches;
-    }
-    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows().div_ceil(CHUNK_ROWS)).sum());
-    for b in &batches {
+    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows().div_ceil(CHUNK_ROWS).max(1)).sum());
+    for b in batches {
         let n = b.num_rows();
-        out.extend((0..n).step_by(CHUNK_ROWS).map(|at| b.slice(at, CHUNK_ROWS.min(n - at))));
+        match n <= CHUNK_ROWS {
+            true => out.push(b),
+            false => out.extend((0..n).step_by(CHUNK_ROWS).map(|at| b.slice(at, CHUNK_ROWS.min(n - at)))),
+        }
     }
     out
 }
