@@ -11,8 +11,8 @@ use laneledger_store::{AttemptChanges, AttemptChunk, Ledger, StoredAttempt, Stor
 use crate::error::Result;
 use crate::tables::labels::{LabelBuilder, labels_type};
 
-/// The most rows per Arrow batch a scan decodes and builds (the attempt cache holds them cut into chunks of
-/// [`CHUNK_ROWS`]).
+/// The most rows per Arrow batch a scan decodes and builds (the attempt cache holds them cut
+/// into chunks of [`CHUNK_ROWS`]).
 pub const BATCH_ROWS: usize = 65_536;
 
 /// How many columns `job_attempt` has.
