@@ -61,4 +61,6 @@ pub use model::record::{Attempt, AttemptRef, Conflict, Lane, Outcome, Reject, St
 pub use model::time::{format_timestamp, now_micros, parse_timestamp};
 pub use progress::{Progress, Silent};
 pub use storage::chain::AttemptChanges;
-pub use storage::ledger::{AttemptChunk, Counters, Incoming, Ledger, LedgerDb, WriteResult, decode_attempt_ref};
+pub use storage::ledger::{
+    AttemptChunk, AttemptSnapshot, Counters, Incoming, Ledger, LedgerDb, WriteResult, decode_attempt_ref,
+};

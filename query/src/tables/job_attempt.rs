@@ -338,9 +338,10 @@ pub fn scan(ledger: &Ledger) -> Result<Vec<RecordBatch>> {
 /// whole, but only the columns asked for are built, so a query of a few columns holds a few
 /// columns in memory.
 ///
-/// This thread copies the packed blocks out of one redb snapshot ([`Ledger::attempt_chunks`]) while
-/// one worker per core unpacks and decodes them in place and builds the Arrow columns; the batches come back
-/// in key order, so the table's declared order holds. Errors: the first storage or decode error,
+/// One thread per core copies the packed blocks of a key range out of one redb snapshot
+/// ([`Ledger::attempt_snapshot`]), merging rows where runs overlap, while one worker per core
+/// unpacks and decodes them in place and builds the Arrow columns; the batches come back in key
+/// order, so the table's declared order holds. Errors: the first storage or decode error,
 /// or [`crate::Error::Internal`] for a column index past [`COLUMNS`].
 pub fn scan_columns(ledger: &Ledger, columns: &[usize]) -> Result<Vec<RecordBatch>> {
     Ok(scan_columns_at(ledger, columns)?.0)
@@ -362,17 +363,22 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
             .map_err(datafusion::error::DataFusionError::from)?,
     );
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, AttemptChunk)>(workers * 2);
+    // Key ranges for the readers: more than there are readers, so that one that finishes early
+    // takes another.
+    let snapshot = ledger.attempt_snapshot(workers * SCAN_PARTS_PER_READER)?;
+    let readers = workers.min(snapshot.parts());
+    let next_part = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<((usize, usize), AttemptChunk)>(workers * 2);
     let rx = std::sync::Mutex::new(rx);
-    // Decoded chunks go back to the reader to be filled again (see `attempt_chunks_reusing`).
+    // Decoded chunks go back to the readers to be filled again (see `attempt_chunks_reusing`).
     let (spare_tx, spare_rx) = std::sync::mpsc::channel::<AttemptChunk>();
-    let mut batches: Vec<(usize, RecordBatch)> = Vec::new();
-    let mut position = 0;
+    let spare_rx = std::sync::Mutex::new(spare_rx);
+    let mut batches: Vec<((usize, usize), RecordBatch)> = Vec::new();
     std::thread::scope(|scope| -> Result<()> {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 let (rx, schema, spare_tx) = (&rx, &schema, spare_tx.clone());
-                scope.spawn(move || -> Result<Vec<(usize, RecordBatch)>> {
+                scope.spawn(move || -> Result<Vec<((usize, usize), RecordBatch)>> {
                     let mut out = Vec::new();
                     let mut failed = None;
                     loop {
@@ -382,7 +388,7 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
                             .map_err(|_| crate::Error::Internal("scan channel poisoned".into()))?
                             .recv();
                         let Ok((n, mut chunk)) = next else { break };
-                        // After an error keep draining, so the reader never blocks on a full channel.
+                        // After an error keep draining, so the readers never block on a full channel.
                         if failed.is_some() {
                             continue;
                         }
@@ -390,7 +396,7 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
                             Ok(batch) => out.push((n, batch)),
                             Err(e) => failed = Some(e),
                         }
-                        // The reader may have finished; then the buffer is simply dropped.
+                        // The readers may have finished; then the buffer is simply dropped.
                         let _ = spare_tx.send(chunk);
                     }
                     failed.map_or(Ok(out), Err)
@@ -398,22 +404,39 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
             })
             .collect();
         drop(spare_tx);
-        let read = ledger.attempt_chunks_reusing(
-            BATCH_ROWS,
-            || spare_rx.try_recv().ok(),
-            |n, chunk| {
-                tx.send((n, chunk))
-                    .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
-            },
-        );
-        drop(tx);
-        let mut first_err = match read {
-            Ok(p) => {
-                position = p;
-                None
+        // Each reader takes the next key range until none is left: with random ids each range's
+        // blocks are unpacked and merged by the thread that reads it, the scan's costliest part.
+        let read = |tx: std::sync::mpsc::SyncSender<((usize, usize), AttemptChunk)>| -> Result<()> {
+            loop {
+                let part = next_part.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if part >= snapshot.parts() {
+                    return Ok(());
+                }
+                snapshot.chunks(
+                    part,
+                    BATCH_ROWS,
+                    || spare_rx.lock().ok()?.try_recv().ok(),
+                    |n, chunk| {
+                        tx.send(((part, n), chunk))
+                            .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
+                    },
+                )?;
             }
-            Err(e) => Some(e),
         };
+        let others: Vec<_> = (1..readers)
+            .map(|_| {
+                let tx = tx.clone();
+                scope.spawn(move || read(tx))
+            })
+            .collect();
+        let mut first_err = read(tx).err();
+        for h in others {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => first_err = first_err.or(Some(e)),
+                Err(_) => first_err = first_err.or(Some(crate::Error::Internal("a scan reader panicked".into()))),
+            }
+        }
         for h in handles {
             match h.join() {
                 Ok(Ok(mut out)) => batches.append(&mut out),
@@ -428,8 +451,11 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
     if out.is_empty() {
         out.push(RecordBatch::new_empty(schema));
     }
-    Ok((out, position))
+    Ok((out, snapshot.position()))
 }
+
+/// Key ranges a scan is cut into per reading thread ([`scan_columns_at`]).
+const SCAN_PARTS_PER_READER: usize = 4;
 
 /// One chunk of values, unpacked here, as one batch of `columns`.
 fn decode_chunk(

@@ -378,6 +378,27 @@ where
     }
 }
 
+/// The keys of a walk: above `after` (from the least when `None`), up to `upto` (to the greatest
+/// when `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// The key the walk starts after.
+    pub after: Option<(String, u32)>,
+    /// The last key the walk may reach.
+    pub upto: Option<(String, u32)>,
+}
+
+impl KeyRange {
+    /// Whether `key` is at or below the range's end (a walk never meets keys below its start).
+    fn holds(&self, key: (&str, u32)) -> bool {
+        self.upto.as_ref().is_none_or(|(j, n)| key <= (j.as_str(), *n))
+    }
+}
+
+/// Rows of the sample run per key range a split asks for ([`AttemptRows::split`]): about a dozen
+/// blocks, so that the ranges come out of about one size.
+pub const SPLIT_SAMPLE_ROWS: u64 = 16_384;
+
 /// Where one source of a merge stands.
 enum At {
     /// Its next block is to be read.
@@ -403,6 +424,28 @@ struct Source {
     /// The last key of the block before the current one.
     after: Option<OwnedKey>,
     at: At,
+    /// Its next block is the first of a walk that starts after a key (a [`KeyRange`]): it may
+    /// hold rows at or below that key, which are passed over.
+    clip: bool,
+    /// [`Source::low`]'s first bytes as one number ([`head_of`]), set when it is put in a
+    /// merge's order: most comparisons of the order end there, without comparing job_ids.
+    head: u128,
+}
+
+/// A number that orders lower bounds as [`Low`] does wherever two numbers differ: `Start` below
+/// every key, a key by its job_id's first 15 bytes (zero-padded). Equal numbers say nothing.
+fn head_of(low: Option<Low<'_>>) -> u128 {
+    match low {
+        None | Some(Low::Start) => 0,
+        Some(Low::At((job, _), _)) => {
+            let mut word = [0u8; 16];
+            word[0] = 1;
+            for (w, &b) in word[1..].iter_mut().zip(job) {
+                *w = b;
+            }
+            u128::from_be_bytes(word)
+        }
+    }
 }
 
 impl Source {
@@ -438,30 +481,31 @@ impl Source {
 /// commits holds about twenty).
 struct Merger {
     sources: Vec<Source>,
+    /// The rows walked: above `range.after`, up to `range.upto`.
+    range: KeyRange,
     /// The sources with rows left, least bound first; empty until the first step.
     order: Vec<usize>,
     started: bool,
 }
 
 impl Merger {
-    /// The runs `runs` (newest first, as they shadow), then the blocks when `blocks`.
-    fn new(runs: impl Iterator<Item = u64>, blocks: bool) -> Self {
-        let mut sources: Vec<Source> = runs
-            .map(|id| Source {
-                origin: Origin::Run(id),
-                after: None,
-                at: At::Fetch,
-            })
-            .collect();
+    /// The runs `runs` (newest first, as they shadow), then the blocks when `blocks`; the rows in
+    /// `range`.
+    fn new(runs: impl Iterator<Item = u64>, blocks: bool, range: KeyRange) -> Self {
+        let source = |origin| Source {
+            origin,
+            after: range.after.clone(),
+            at: At::Fetch,
+            clip: range.after.is_some(),
+            head: 0,
+        };
+        let mut sources: Vec<Source> = runs.map(|id| source(Origin::Run(id))).collect();
         if blocks {
-            sources.push(Source {
-                origin: Origin::Blocks,
-                after: None,
-                at: At::Fetch,
-            });
+            sources.push(source(Origin::Blocks));
         }
         Merger {
             sources,
+            range,
             order: Vec::new(),
             started: false,
         }
@@ -469,7 +513,12 @@ impl Merger {
 
     /// Whether source `a` comes before source `b`: the lesser bound, then the earlier source.
     fn before(&self, a: usize, b: usize) -> bool {
-        (self.sources[a].low(), a) < (self.sources[b].low(), b)
+        let (x, y) = (&self.sources[a], &self.sources[b]);
+        match x.head.cmp(&y.head) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => (x.low(), a) < (y.low(), b),
+        }
     }
 
     /// Reads source `i`'s next block if it needs one, and puts it back in the order unless it has
@@ -487,6 +536,7 @@ impl Merger {
             };
         }
         if !matches!(self.sources[i].at, At::Done) {
+            self.sources[i].head = head_of(self.sources[i].low());
             let at = self.order.partition_point(|&x| self.before(x, i));
             self.order.insert(at, i);
         }
@@ -523,7 +573,9 @@ impl Merger {
                         .low()
                         .is_none_or(|low| Low::At((last.0.as_bytes(), last.1), 0) < low)
                 });
-                if packed && alone {
+                // A block goes whole only if every row of it is in the range.
+                let inside = !self.sources[m].clip && self.range.holds((last.0.as_str(), last.1));
+                if packed && alone && inside {
                     let rows = block_rows(stored).map_err(|r| corrupt(last, r))?;
                     f(Piece::Packed { rows, stored })?;
                     self.order.remove(0);
@@ -536,13 +588,22 @@ impl Merger {
                 }
                 let block = Block::decode(stored).map_err(|r| corrupt(last, r))?;
                 self.order.remove(0);
+                // The first block after the range's start: its rows up to the start are not walked.
+                let first = match (&self.range.after, self.sources[m].clip) {
+                    (Some((j, n)), true) => match block.find((j.as_str(), *n)) {
+                        Ok(i) => i + 1,
+                        Err(i) => i,
+                    },
+                    _ => 0,
+                };
                 let s = &mut self.sources[m];
-                if block.is_empty() {
+                s.clip = false;
+                if first == block.len() {
                     if let At::Pending { last, .. } = std::mem::replace(&mut s.at, At::Fetch) {
                         s.after = Some(last);
                     }
                 } else {
-                    s.at = At::Active { block, i: 0 };
+                    s.at = At::Active { block, i: first };
                 }
                 self.settle(m, blocks, runs)?;
                 continue;
@@ -551,6 +612,10 @@ impl Merger {
                 unreachable!("a source in the order is pending or unpacked")
             };
             let key = block.key(*i);
+            // Rows come in key order: past the range's end, none is left to walk.
+            if !self.range.holds(key) {
+                return Ok(false);
+            }
             let bytes = block.key_bytes(*i);
             // Sources holding the same key come right after it in the order, and are shadowed.
             let same = 1 + self.order[1..]
@@ -578,6 +643,8 @@ pub struct AttemptRows<B, R> {
     runs: R,
     /// Run numbers, newest first.
     run_ids: Vec<u64>,
+    /// Each run's number and rows.
+    run_rows: Vec<(u64, u64)>,
     lookups: std::cell::RefCell<Lookups>,
 }
 
@@ -586,11 +653,13 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     /// `attempt_run_dir` table given. Errors: storage errors, [`Error::Corrupt`] for a run header
     /// that does not read.
     pub fn new(blocks: B, runs: R, dir: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self> {
-        let run_ids = run_list(dir)?.into_iter().rev().map(|(id, _)| id).collect();
+        let run_rows = run_list(dir)?;
+        let run_ids = run_rows.iter().rev().map(|&(id, _)| id).collect();
         Ok(AttemptRows {
             blocks,
             runs,
             run_ids,
+            run_rows,
             lookups: Default::default(),
         })
     }
@@ -662,11 +731,66 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     pub fn walk<E: From<Error>>(
         &self,
         packed: bool,
+        f: impl FnMut(Piece<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.walk_range(packed, KeyRange::default(), f)
+    }
+
+    /// [`AttemptRows::walk`] over the rows of `range` only: a scan reads a ledger's key ranges
+    /// side by side ([`AttemptRows::split`]).
+    pub fn walk_range<E: From<Error>>(
+        &self,
+        packed: bool,
+        range: KeyRange,
         mut f: impl FnMut(Piece<'_>) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut merger = Merger::new(self.run_ids.iter().copied(), true);
+        let mut merger = Merger::new(self.run_ids.iter().copied(), true, range);
         while merger.step(&self.blocks, &self.runs, packed, &mut f)? {}
         Ok(())
+    }
+
+    /// Up to `parts` key ranges that together hold every row, in key order, each boundary
+    /// between two jobs (a job's attempts are in one range). The boundaries are the last keys of
+    /// evenly spaced blocks of one run, a sample of the ids: the smallest run of at least
+    /// [`SPLIT_SAMPLE_ROWS`] rows a range (else the largest run), so that finding them reads a
+    /// few hundred blocks at most. With random ids every run spans the whole key range and a
+    /// run's keys spread as the ledger's do; then every block of a walk is unpacked and merged by
+    /// the thread that walks it, and ranges walked side by side spread that over the cores. A
+    /// ledger without runs is one range: its walk hands blocks on whole, with little to do.
+    pub fn split(&self, parts: usize) -> Result<Vec<KeyRange>> {
+        let whole = vec![KeyRange::default()];
+        let want = SPLIT_SAMPLE_ROWS.saturating_mul(parts as u64);
+        let sample = self
+            .run_rows
+            .iter()
+            .filter(|&&(_, rows)| rows >= want)
+            .min_by_key(|&&(_, rows)| rows)
+            .or_else(|| self.run_rows.iter().max_by_key(|&&(_, rows)| rows));
+        let (Some(&(id, _)), true) = (sample, parts > 1) else {
+            return Ok(whole);
+        };
+        let mut lasts: Vec<String> = Vec::new();
+        for row in self.runs.range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0))? {
+            let (k, _) = row?;
+            lasts.push(k.value().1.to_string());
+        }
+        let mut out = Vec::with_capacity(parts);
+        let mut after: Option<OwnedKey> = None;
+        for k in 1..parts {
+            let job = &lasts[k * lasts.len() / parts];
+            // The last block's key is not a boundary: no row of the sample lies above it.
+            if job == lasts.last().expect("k * len / parts < len") || after.as_ref().is_some_and(|a| a.0 >= *job) {
+                continue;
+            }
+            let upto = Some((job.clone(), u32::MAX));
+            out.push(KeyRange {
+                after: after.take(),
+                upto: upto.clone(),
+            });
+            after = upto;
+        }
+        out.push(KeyRange { after, upto: None });
+        Ok(out)
     }
 }
 
@@ -1058,7 +1182,7 @@ impl<'txn> AttemptWriter<'txn> {
     /// Merges runs `ids` (oldest first) into one new run, a newer run's row shadowing an older's.
     fn merge(&mut self, ids: &[u64]) -> Result<()> {
         let id = self.new_run_id();
-        let mut merger = Merger::new(ids.iter().rev().copied(), false);
+        let mut merger = Merger::new(ids.iter().rev().copied(), false, KeyRange::default());
         let mut packer = RunPacker::new(id);
         let mut b = BlockBuilder::default();
         let mut hashes = Vec::new();
@@ -1546,6 +1670,49 @@ mod tests {
         })
         .unwrap();
         assert_eq!(values, model.values().cloned().collect::<Vec<_>>());
+        // Cut into key ranges that meet end to end, the ranges walked one after another give the
+        // same rows, blocks whole where a block lies inside one range.
+        for parts in [2, 3, 8] {
+            let ranges = rows.split(parts).unwrap();
+            assert!(!ranges.is_empty() && ranges.len() <= parts);
+            assert_eq!(
+                (ranges[0].after.as_ref(), ranges[ranges.len() - 1].upto.as_ref()),
+                (None, None)
+            );
+            for pair in ranges.windows(2) {
+                assert_eq!(pair[0].upto, pair[1].after);
+            }
+            let mut ranged = Vec::new();
+            for range in &ranges {
+                rows.walk_range(true, range.clone(), |p| -> Result<()> {
+                    match p {
+                        Piece::Packed { stored, .. } => {
+                            let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+                            Block::values_onto(stored, &mut bytes, &mut ends).unwrap();
+                            let mut start = 0;
+                            for end in ends {
+                                ranged.push(bytes[start..end].to_vec());
+                                start = end;
+                            }
+                        }
+                        Piece::Row { key, value } => {
+                            assert!(
+                                range.holds(key) && range.after.as_ref().is_none_or(|(j, n)| key > (j.as_str(), *n))
+                            );
+                            ranged.push(value.to_vec());
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            }
+            assert_eq!(
+                ranged,
+                model.values().cloned().collect::<Vec<_>>(),
+                "{} ranges",
+                ranges.len()
+            );
+        }
         let jobs: BTreeSet<&str> = model.keys().map(|(j, _)| j.as_str()).collect();
         for job in jobs.into_iter().step_by(11) {
             let expected: Vec<Vec<u8>> = model

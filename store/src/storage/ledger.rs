@@ -198,6 +198,79 @@ pub fn decode_attempt_ref(bytes: &[u8]) -> Result<StoredAttemptRef<'_>> {
     }
 }
 
+/// The attempts of one read snapshot in key ranges ([`Ledger::attempt_snapshot`]).
+pub struct AttemptSnapshot {
+    txn: ReadTransaction,
+    position: u64,
+    ranges: Vec<crate::storage::attempt_store::KeyRange>,
+}
+
+impl AttemptSnapshot {
+    /// The snapshot's chain position, to pass to [`Ledger::attempt_changes_since`] later.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// How many key ranges it is cut into (one at least), in key order.
+    pub fn parts(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Copies the attempt values of key range `part` (below [`AttemptSnapshot::parts`]), in key
+    /// order, into chunks of `rows` values (filling those `spare` hands back first) and hands each
+    /// to `f` with its number in the range (from 0), so that the (costlier) unpacking and
+    /// decoding can run on other threads while this one reads on. Stops at the first error `f`
+    /// returns. A chunk holds whole blocks, so it may hold up to a block's rows more than `rows`.
+    ///
+    /// Panics if `part` is not below [`AttemptSnapshot::parts`].
+    pub fn chunks<E: From<Error>>(
+        &self,
+        part: usize,
+        rows: usize,
+        mut spare: impl FnMut() -> Option<AttemptChunk>,
+        mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let range = &self.ranges[part];
+        let rows = rows.max(1);
+        let view = read_rows(&self.txn)?;
+        let mut fresh = || {
+            let mut c = spare().unwrap_or_default();
+            c.clear();
+            c
+        };
+        let mut chunk = fresh();
+        let mut n = 0;
+        view.walk_range(true, range.clone(), |piece| -> std::result::Result<(), E> {
+            let packed = matches!(piece, Piece::Packed { .. });
+            // A chunk holds blocks or rows, not both: hand it on when the kind changes.
+            if (packed && !chunk.ends.is_empty()) || (!packed && chunk.packed_rows > 0) {
+                f(n, std::mem::replace(&mut chunk, fresh()))?;
+                n += 1;
+            }
+            match piece {
+                Piece::Packed { rows, stored } => {
+                    chunk.packed.extend_from_slice(stored);
+                    chunk.packed_ends.push(chunk.packed.len());
+                    chunk.packed_rows += rows;
+                }
+                Piece::Row { value, .. } => {
+                    chunk.bytes.extend_from_slice(value);
+                    chunk.ends.push(chunk.bytes.len());
+                }
+            }
+            if chunk.len() >= rows {
+                f(n, std::mem::replace(&mut chunk, fresh()))?;
+                n += 1;
+            }
+            Ok(())
+        })?;
+        if !chunk.is_empty() {
+            f(n, chunk)?;
+        }
+        Ok(())
+    }
+}
+
 /// A run of attempt values in key order, copied out of one read snapshot by
 /// [`Ledger::attempt_chunks`]: whole packed blocks of rows ([`crate::storage::attempt_block`]) or rows
 /// one by one. Call [`AttemptChunk::unpack`] (on the thread that decodes), then `bytes` holds the
@@ -873,48 +946,22 @@ impl Ledger {
     pub fn attempt_chunks_reusing<E: From<Error>>(
         &self,
         rows: usize,
-        mut spare: impl FnMut() -> Option<AttemptChunk>,
-        mut f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
+        spare: impl FnMut() -> Option<AttemptChunk>,
+        f: impl FnMut(usize, AttemptChunk) -> std::result::Result<(), E>,
     ) -> std::result::Result<u64, E> {
-        let rows = rows.max(1);
+        let snapshot = self.attempt_snapshot(1)?;
+        snapshot.chunks(0, rows, spare, f)?;
+        Ok(snapshot.position())
+    }
+
+    /// One consistent snapshot of the attempts, cut into up to `parts` key ranges that threads
+    /// may read side by side ([`AttemptSnapshot::chunks`]); their chunks, range after range, are
+    /// [`Ledger::attempt_chunks`]'s.
+    pub fn attempt_snapshot(&self, parts: usize) -> Result<AttemptSnapshot> {
         let txn = self.db.begin_read()?;
         let position = crate::storage::chain::chain_position(&txn)?;
-        let view = read_rows(&txn)?;
-        let mut fresh = || {
-            let mut c = spare().unwrap_or_default();
-            c.clear();
-            c
-        };
-        let mut chunk = fresh();
-        let mut n = 0;
-        view.walk(true, |piece| -> std::result::Result<(), E> {
-            let packed = matches!(piece, Piece::Packed { .. });
-            // A chunk holds blocks or rows, not both: hand it on when the kind changes.
-            if (packed && !chunk.ends.is_empty()) || (!packed && chunk.packed_rows > 0) {
-                f(n, std::mem::replace(&mut chunk, fresh()))?;
-                n += 1;
-            }
-            match piece {
-                Piece::Packed { rows, stored } => {
-                    chunk.packed.extend_from_slice(stored);
-                    chunk.packed_ends.push(chunk.packed.len());
-                    chunk.packed_rows += rows;
-                }
-                Piece::Row { value, .. } => {
-                    chunk.bytes.extend_from_slice(value);
-                    chunk.ends.push(chunk.bytes.len());
-                }
-            }
-            if chunk.len() >= rows {
-                f(n, std::mem::replace(&mut chunk, fresh()))?;
-                n += 1;
-            }
-            Ok(())
-        })?;
-        if !chunk.is_empty() {
-            f(n, chunk)?;
-        }
-        Ok(position)
+        let ranges = read_rows(&txn)?.split(parts)?;
+        Ok(AttemptSnapshot { txn, position, ranges })
     }
 
     /// One attempt by its identity: an index read.
