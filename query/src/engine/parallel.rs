@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::error::{Error, Result};
 
 /// The threads a build spreads over: one a core, at most 8.
-fn workers() -> usize {
+pub fn workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
 }
 
