@@ -362,12 +362,10 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
             .project(columns)
             .map_err(datafusion::error::DataFusionError::from)?,
     );
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let workers = crate::engine::parallel::workers();
     // Key ranges for the readers: more than there are readers, so that one that finishes early
     // takes another.
     let snapshot = ledger.attempt_snapshot(workers * SCAN_PARTS_PER_READER)?;
-    let readers = workers.min(snapshot.parts());
-    let next_part = std::sync::atomic::AtomicUsize::new(0);
     let (tx, rx) = std::sync::mpsc::sync_channel::<((usize, usize), AttemptChunk)>(workers * 2);
     let rx = std::sync::Mutex::new(rx);
     // Decoded chunks go back to the readers to be filled again (see `attempt_chunks_reusing`).
@@ -406,37 +404,20 @@ pub fn scan_columns_at(ledger: &Ledger, columns: &[usize]) -> Result<(Vec<Record
         drop(spare_tx);
         // Each reader takes the next key range until none is left: with random ids each range's
         // blocks are unpacked and merged by the thread that reads it, the scan's costliest part.
-        let read = |tx: std::sync::mpsc::SyncSender<((usize, usize), AttemptChunk)>| -> Result<()> {
-            loop {
-                let part = next_part.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if part >= snapshot.parts() {
-                    return Ok(());
-                }
-                snapshot.chunks(
-                    part,
-                    BATCH_ROWS,
-                    || spare_rx.lock().ok()?.try_recv().ok(),
-                    |n, chunk| {
-                        tx.send(((part, n), chunk))
-                            .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
-                    },
-                )?;
-            }
-        };
-        let others: Vec<_> = (1..readers)
-            .map(|_| {
-                let tx = tx.clone();
-                scope.spawn(move || read(tx))
-            })
-            .collect();
-        let mut first_err = read(tx).err();
-        for h in others {
-            match h.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => first_err = first_err.or(Some(e)),
-                Err(_) => first_err = first_err.or(Some(crate::Error::Internal("a scan reader panicked".into()))),
-            }
-        }
+        let parts: Vec<usize> = (0..snapshot.parts()).collect();
+        let read = crate::engine::parallel::map(&parts, |&part| {
+            snapshot.chunks(
+                part,
+                BATCH_ROWS,
+                || spare_rx.lock().ok()?.try_recv().ok(),
+                |n, chunk| {
+                    tx.send(((part, n), chunk))
+                        .map_err(|_| crate::Error::Internal("every scan worker stopped".into()))
+                },
+            )
+        });
+        drop(tx);
+        let mut first_err = read.err();
         for h in handles {
             match h.join() {
                 Ok(Ok(mut out)) => batches.append(&mut out),

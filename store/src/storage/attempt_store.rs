@@ -424,9 +424,6 @@ struct Source {
     /// The last key of the block before the current one.
     after: Option<OwnedKey>,
     at: At,
-    /// Its next block is the first of a walk that starts after a key (a [`KeyRange`]): it may
-    /// hold rows at or below that key, which are passed over.
-    clip: bool,
     /// [`Source::low`]'s first bytes as one number ([`head_of`]), set when it is put in a
     /// merge's order: most comparisons of the order end there, without comparing job_ids.
     head: u128,
@@ -496,7 +493,6 @@ impl Merger {
             origin,
             after: range.after.clone(),
             at: At::Fetch,
-            clip: range.after.is_some(),
             head: 0,
         };
         let mut sources: Vec<Source> = runs.map(|id| source(Origin::Run(id))).collect();
@@ -573,8 +569,11 @@ impl Merger {
                         .low()
                         .is_none_or(|low| Low::At((last.0.as_bytes(), last.1), 0) < low)
                 });
+                // A source's first block of a walk that starts after a key may hold rows at or below
+                // that key: it is still where the walk started.
+                let first_of_range = self.range.after.is_some() && self.sources[m].after == self.range.after;
                 // A block goes whole only if every row of it is in the range.
-                let inside = !self.sources[m].clip && self.range.holds((last.0.as_str(), last.1));
+                let inside = !first_of_range && self.range.holds((last.0.as_str(), last.1));
                 if packed && alone && inside {
                     let rows = block_rows(stored).map_err(|r| corrupt(last, r))?;
                     f(Piece::Packed { rows, stored })?;
@@ -589,15 +588,14 @@ impl Merger {
                 let block = Block::decode(stored).map_err(|r| corrupt(last, r))?;
                 self.order.remove(0);
                 // The first block after the range's start: its rows up to the start are not walked.
-                let first = match (&self.range.after, self.sources[m].clip) {
-                    (Some((j, n)), true) => match block.find((j.as_str(), *n)) {
+                let first = match &self.range.after {
+                    Some((j, n)) if first_of_range => match block.find((j.as_str(), *n)) {
                         Ok(i) => i + 1,
                         Err(i) => i,
                     },
                     _ => 0,
                 };
                 let s = &mut self.sources[m];
-                s.clip = false;
                 if first == block.len() {
                     if let At::Pending { last, .. } = std::mem::replace(&mut s.at, At::Fetch) {
                         s.after = Some(last);
