@@ -11,8 +11,9 @@
 //! GROUP BY idem_key
 //! ```
 //!
-//! (an idem_key with no artifact has no row), computed whole by [`idem_artifacts`] in one pass over
-//! the cached `job_attempt` batches per core, each core finding its share of the keys. [`IdemArtifactsRule`] is an analyzer rule: where a plan groups
+//! (an idem_key with no artifact has no row), computed whole by [`idem_artifacts`] from the cached
+//! `job_attempt` batches, the keys shared out by hash among parts small enough for a core's cache.
+//! [`IdemArtifactsRule`] is an analyzer rule: where a plan groups
 //! `job_attempt` by `idem_key` alone, counts `DISTINCT artifact_id` alone, over
 //! `WHERE artifact_id IS NOT NULL` alone, it reads `idem_artifacts` instead, under the same output
 //! names. Seed 000's duplicates query (q2) has that shape; its text runs unchanged, and
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use std::hash::BuildHasher;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, StringBuilder};
 use datafusion::arrow::compute::concat;
@@ -53,27 +55,33 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// One idem_key while the table is computed, with the attempt where it first appears (batch,
-/// row), whose artifact_id is the key's first. Any other artifact_ids are kept aside: few keys
-/// have them, and at 10 M attempts every byte here is 7 MB.
-struct Key<'a> {
-    idem_key: &'a str,
-    batch: u32,
-    row: u32,
+/// The attempts a table is computed from, their rows numbered across the batches.
+struct Rows<'a> {
+    /// Each batch's idem_key and artifact_id.
+    columns: Vec<(&'a StringArray, &'a StringArray)>,
+    /// Where each batch's rows start, then the number of rows.
+    starts: Vec<u32>,
 }
 
-/// The idem_keys of one part of the hashes ([`part_of`]), as [`State::compute`] finds them.
-struct Part<'a> {
-    /// In the order each key first appears.
-    keys: Vec<Key<'a>>,
-    /// The artifact_ids after the first, of the keys that have more than one, by key.
-    more: HashMap<u32, Vec<&'a str>>,
-    /// Each key's place in `keys`, found by the hash of its idem_key.
-    index: HashTable<u32>,
-}
+impl<'a> Rows<'a> {
+    /// The batch and the row in it of row `g`.
+    fn at(&self, g: u32) -> (usize, usize) {
+        let b = self.starts.partition_point(|&s| s <= g) - 1;
+        (b, (g - self.starts[b]) as usize)
+    }
 
-/// Where a key was found: its part, and its place among the part's keys.
-type Found = (u8, u32);
+    /// Row `g`'s idem_key.
+    fn key(&self, g: u32) -> &'a str {
+        let (b, i) = self.at(g);
+        self.columns[b].0.value(i)
+    }
+
+    /// Row `g`'s artifact_id (a row with one).
+    fn artifact(&self, g: u32) -> &'a str {
+        let (b, i) = self.at(g);
+        self.columns[b].1.value(i)
+    }
+}
 
 /// Which of `parts` parts an idem_key of hash `hash` is in: bits the hash table leaves alone (it
 /// places a key by the low bits and tells keys apart by the top seven).
@@ -81,64 +89,115 @@ fn part_of(hash: u64, parts: usize) -> usize {
     ((hash >> 32) as u32 as usize) % parts
 }
 
-impl<'a> Part<'a> {
-    /// The keys of part `part` of `parts` in `columns` (each batch's idem_key and artifact_id),
-    /// `rows` attempts in all.
-    fn find(
-        columns: &[(&'a StringArray, &'a StringArray)],
-        hasher: &DefaultHashBuilder,
-        parts: usize,
-        part: usize,
-        rows: usize,
-    ) -> Part<'a> {
-        let mut index: HashTable<u32> = HashTable::with_capacity(rows / parts + 1);
-        let mut keys: Vec<Key<'a>> = Vec::with_capacity(rows / parts + 1);
-        let mut more: HashMap<u32, Vec<&'a str>> = HashMap::default();
-        // The key of the row before, and its place here if it is this part's: a job's attempts
-        // come together, in key order, and usually share one idem_key, which then needs no hash
-        // and no probe.
-        let mut last: Option<(&str, Option<u32>)> = None;
-        for (batch, (idem_key, artifact_id)) in columns.iter().enumerate() {
-            for i in 0..idem_key.len() {
-                if !artifact_id.is_valid(i) {
+/// How many parts the idem_keys of `rows` attempts with an artifact are shared out in: about
+/// 32,768 attempts a part, so that each part's hash table stays in a core's cache (a table of
+/// 7 M keys at 10 M attempts made nearly every probe a miss of the caches).
+fn parts_for(rows: usize) -> usize {
+    (rows / 32_768).next_power_of_two().clamp(1, 512)
+}
+
+/// The attempts with an artifact of a run of consecutive batches, dealt into parts by the hash
+/// of their idem_key, each part's in row order: their hashes, and their rows.
+struct Dealt {
+    hashes: Vec<Vec<u64>>,
+    rows: Vec<Vec<u32>>,
+}
+
+impl Dealt {
+    /// Deals the attempts of `batches` among `parts` parts. A row with the idem_key and the
+    /// artifact_id of the row dealt before it tells nothing new (a job's attempts come together
+    /// and usually share both) and is left out; one with the same idem_key reuses its hash.
+    fn deal(rows: &Rows, batches: std::ops::Range<usize>, parts: usize, hasher: &DefaultHashBuilder) -> Dealt {
+        let with_artifact: usize = batches
+            .clone()
+            .map(|b| {
+                let a = rows.columns[b].1;
+                a.len() - a.null_count()
+            })
+            .sum();
+        let each = with_artifact / parts + with_artifact / parts / 8 + 16;
+        let mut dealt = Dealt {
+            hashes: (0..parts).map(|_| Vec::with_capacity(each)).collect(),
+            rows: (0..parts).map(|_| Vec::with_capacity(each)).collect(),
+        };
+        let mut last: Option<(&str, &str, u64)> = None;
+        for b in batches {
+            let (keys, artifacts) = rows.columns[b];
+            for i in 0..keys.len() {
+                if !artifacts.is_valid(i) {
                     continue;
                 }
-                let (key, artifact) = (idem_key.value(i), artifact_id.value(i));
-                let local = match last {
-                    Some((k, local)) if k == key => local,
-                    _ => {
-                        let hash = hasher.hash_one(key);
-                        if part_of(hash, parts) != part {
-                            None
-                        } else {
-                            Some(match index.find(hash, |&k| keys[k as usize].idem_key == key).copied() {
-                                Some(local) => local,
-                                None => {
-                                    let local = keys.len() as u32;
-                                    index.insert_unique(hash, local, |&k| hasher.hash_one(keys[k as usize].idem_key));
-                                    keys.push(Key {
-                                        idem_key: key,
-                                        batch: batch as u32,
-                                        row: i as u32,
-                                    });
-                                    local
-                                }
-                            })
+                let (key, artifact) = (keys.value(i), artifacts.value(i));
+                let hash = match last {
+                    Some((k, a, _)) if k == key && a == artifact => continue,
+                    Some((k, _, hash)) if k == key => hash,
+                    _ => hasher.hash_one(key),
+                };
+                last = Some((key, artifact, hash));
+                let part = part_of(hash, parts);
+                dealt.hashes[part].push(hash);
+                dealt.rows[part].push(rows.starts[b] + i as u32);
+            }
+        }
+        dealt
+    }
+}
+
+/// The idem_keys of one part, as [`State::compute`] finds them.
+struct Part<'a> {
+    /// Each key's first row, in row order.
+    firsts: Vec<u32>,
+    /// Each key's place in `firsts` (then, once the keys are numbered, its row in the table),
+    /// found by the hash of its idem_key.
+    index: HashTable<u32>,
+    /// The artifact_ids after the first, of the keys that have more than one, by place.
+    more: HashMap<u32, Vec<&'a str>>,
+}
+
+impl<'a> Part<'a> {
+    /// The keys of part `part` of what was `dealt` (in row order), and their artifacts. Marks each
+    /// key's first row in `first_rows` (a bit a row).
+    fn find(
+        rows: &Rows<'a>,
+        dealt: &[Dealt],
+        part: usize,
+        hasher: &DefaultHashBuilder,
+        first_rows: &[AtomicU64],
+    ) -> Part<'a> {
+        let n = dealt.iter().map(|d| d.rows[part].len()).sum();
+        let mut found = Part {
+            firsts: Vec::new(),
+            index: HashTable::with_capacity(n),
+            more: HashMap::default(),
+        };
+        let Part { firsts, index, more } = &mut found;
+        // A row's strings are read only when its hash matches a key's: a new key (most of them)
+        // costs no read of the attempts.
+        for d in dealt {
+            for (&hash, &g) in d.hashes[part].iter().zip(&d.rows[part]) {
+                match index
+                    .find(hash, |&k| rows.key(firsts[k as usize]) == rows.key(g))
+                    .copied()
+                {
+                    Some(k) => {
+                        let artifact = rows.artifact(g);
+                        if rows.artifact(firsts[k as usize]) != artifact {
+                            let others = more.entry(k).or_default();
+                            if !others.contains(&artifact) {
+                                others.push(artifact);
+                            }
                         }
                     }
-                };
-                last = Some((key, local));
-                let Some(local) = local else { continue };
-                let first = &keys[local as usize];
-                if columns[first.batch as usize].1.value(first.row as usize) != artifact {
-                    let others = more.entry(local).or_default();
-                    if !others.contains(&artifact) {
-                        others.push(artifact);
+                    None => {
+                        let k = firsts.len() as u32;
+                        index.insert_unique(hash, k, |&k| hasher.hash_one(rows.key(firsts[k as usize])));
+                        firsts.push(g);
+                        first_rows[g as usize / 64].fetch_or(1 << (g % 64), Ordering::Relaxed);
                     }
                 }
             }
         }
-        Part { keys, more, index }
+        found
     }
 }
 
@@ -220,21 +279,33 @@ fn key_of<'a>(keys: &'a [StringArray], held: usize, added: &[(&'a str, &'a str)]
 }
 
 impl State {
-    /// The table of `attempts`, computed whole, standing at `cursor`. The idem_keys are shared out
-    /// by hash among [`parallel::workers`] parts, each found by its own thread in one pass over
-    /// the attempts with its own hash table (at 10 M attempts of random ids one pass over one table
-    /// of 7 M keys, each probe a miss of the CPU's caches, took about two seconds on one core
-    /// after the scan). The rows are then put in the order each key first appears, as one pass
-    /// would give them.
+    /// The table of `attempts`, computed whole, standing at `cursor`. The attempts with an
+    /// artifact are dealt into parts by the hash of their idem_key ([`parts_for`]), each core
+    /// dealing a run of batches; then each part's keys are found with a hash table of its own,
+    /// the parts spread over the cores ([`parallel::map`]). The keys are numbered in the order they
+    /// first appear, as one pass over the attempts would number them.
     fn compute(attempts: &[RecordBatch], cursor: Cursor) -> Result<State> {
+        let with_artifact = attempts
+            .iter()
+            .map(|b| job_attempt::column(b, "artifact_id").map(|a| a.len() - a.null_count()))
+            .sum::<Result<usize>>()?;
+        Self::compute_in(attempts, cursor, parts_for(with_artifact))
+    }
+
+    /// [`State::compute`] with the keys shared out in `parts` parts.
+    fn compute_in(attempts: &[RecordBatch], cursor: Cursor, parts: usize) -> Result<State> {
         let rows: usize = attempts.iter().map(RecordBatch::num_rows).sum();
-        if u32::try_from(rows).is_err() {
+        let Ok(total) = u32::try_from(rows) else {
             return Err(crate::Error::Internal("idem_artifacts: more than 2^32 attempts".into()));
-        }
+        };
         let hasher = DefaultHashBuilder::default();
+        let mut starts = Vec::with_capacity(attempts.len() + 1);
+        let mut at = 0u32;
         let columns = attempts
             .iter()
             .map(|batch| {
+                starts.push(at);
+                at += batch.num_rows() as u32;
                 let column = |name: &str| job_attempt::column(batch, name);
                 Ok((
                     column("idem_key")?.as_string::<i32>(),
@@ -242,65 +313,114 @@ impl State {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let parts: Vec<usize> = (0..parallel::workers()).collect();
-        let found = parallel::map(&parts, |&part| {
-            Ok(Part::find(&columns, &hasher, parts.len(), part, rows))
-        })?;
-        // Each part's keys are in the order they first appear; merged by that place, they are
-        // numbered as one pass would number them.
-        let mut order: Vec<Found> = Vec::with_capacity(found.iter().map(|p| p.keys.len()).sum());
-        let mut next = vec![0usize; found.len()];
-        let mut global: Vec<Vec<u32>> = found.iter().map(|p| vec![0; p.keys.len()]).collect();
-        while let Some(part) = (0..found.len())
-            .filter(|&p| next[p] < found[p].keys.len())
-            .min_by_key(|&p| {
-                let k = &found[p].keys[next[p]];
-                (k.batch, k.row)
-            })
-        {
-            global[part][next[part]] = order.len() as u32;
-            order.push((part as u8, next[part] as u32));
-            next[part] += 1;
+        starts.push(total);
+        let read = &Rows { columns, starts };
+
+        // Runs of consecutive batches of about equal rows, one a core.
+        let workers = parallel::workers();
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(workers);
+        let mut from = 0;
+        for b in 0..read.columns.len() {
+            let done = read.starts[b + 1] as usize;
+            if done * workers >= rows * (runs.len() + 1) || b + 1 == read.columns.len() {
+                runs.push(from..b + 1);
+                from = b + 1;
+            }
         }
+        let dealt = parallel::map(&runs, |run| Ok(Dealt::deal(read, run.clone(), parts, &hasher)))?;
+
+        let first_rows: Vec<AtomicU64> = (0..(rows.div_ceil(64))).map(|_| AtomicU64::new(0)).collect();
+        let ids: Vec<usize> = (0..parts).collect();
+        let found = parallel::map(&ids, |&part| Ok(Part::find(read, &dealt, part, &hasher, &first_rows)))?;
+        drop(dealt);
+
+        // Key number of the first row of each word of `first_rows`: a key's number is how many
+        // keys first appear before its first row.
+        let words: Vec<u64> = first_rows.into_iter().map(AtomicU64::into_inner).collect();
+        let mut ranks = Vec::with_capacity(words.len());
+        let mut keys = 0u32;
+        for w in &words {
+            ranks.push(keys);
+            keys += w.count_ones();
+        }
+        let number = |g: u32| {
+            let w = g as usize / 64;
+            ranks[w] + (words[w] & ((1u64 << (g % 64)) - 1)).count_ones()
+        };
+
         let mut state = State {
             cursor,
             idem_key: Vec::new(),
             artifacts: Vec::new(),
             first: Vec::new(),
             more: HashMap::default(),
-            index: Vec::with_capacity(found.len()),
+            index: Vec::with_capacity(parts),
             hasher,
         };
-        let mut counts = vec![1i64; order.len()];
-        for (p, global) in found.iter().zip(&global) {
-            for (&local, others) in &p.more {
-                let row = global[local as usize];
+        // Each part's table now holds the keys' numbers in the table, each part on a core.
+        let found: Vec<Mutex<Part>> = found.into_iter().map(Mutex::new).collect();
+        parallel::map(&found, |p| {
+            let mut p = p
+                .lock()
+                .map_err(|_| crate::Error::Internal("idem_artifacts: a part was poisoned".into()))?;
+            let Part { firsts, index, .. } = &mut *p;
+            index.iter_mut().for_each(|k| *k = number(firsts[*k as usize]));
+            Ok(())
+        })?;
+        let mut counts = vec![1i64; keys as usize];
+        for p in found {
+            let p = p
+                .into_inner()
+                .map_err(|_| crate::Error::Internal("idem_artifacts: a part was poisoned".into()))?;
+            for (k, others) in p.more {
+                let row = number(p.firsts[k as usize]);
                 counts[row as usize] += others.len() as i64;
-                state.more.insert(row, others.iter().map(|&a| a.into()).collect());
+                state.more.insert(row, others.into_iter().map(Box::from).collect());
             }
+            state.index.push(p.index);
         }
-        let key = |&(part, local): &Found| &found[part as usize].keys[local as usize];
-        let batches: Vec<(&[Found], &[i64])> = order.chunks(BATCH_ROWS).zip(counts.chunks(BATCH_ROWS)).collect();
-        let built = parallel::map(&batches, |&(chunk, counts)| {
-            // Each key's idem_key, and the artifact_id of the attempt where it first appears.
-            let (mut keys, mut firsts) = (StringBuilder::new(), StringBuilder::new());
-            for o in chunk {
-                let k = key(o);
-                keys.append_value(k.idem_key);
-                firsts.append_value(columns[k.batch as usize].1.value(k.row as usize));
+
+        // The table's rows in batches of BATCH_ROWS: the first rows of the keys, in row order.
+        let batch_starts: Vec<u32> = (0..keys).step_by(BATCH_ROWS).collect();
+        let built = parallel::map(&batch_starts, |&start| {
+            let end = (start as usize + BATCH_ROWS).min(keys as usize);
+            let (mut idem_keys, mut firsts) = (StringBuilder::new(), StringBuilder::new());
+            // The word holding key `start`'s first row, and the keys in it before that one.
+            let mut w = ranks.partition_point(|&r| r <= start) - 1;
+            let mut skip = start - ranks[w];
+            let mut n = start as usize;
+            // The batch of the row at hand: the rows come in order.
+            let mut b = 0;
+            while n < end {
+                let mut bits = words[w];
+                while bits != 0 && n < end {
+                    let bit = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    if skip > 0 {
+                        skip -= 1;
+                        continue;
+                    }
+                    let g = (w * 64) as u32 + bit;
+                    while read.starts[b + 1] <= g {
+                        b += 1;
+                    }
+                    let i = (g - read.starts[b]) as usize;
+                    idem_keys.append_value(read.columns[b].0.value(i));
+                    firsts.append_value(read.columns[b].1.value(i));
+                    n += 1;
+                }
+                w += 1;
             }
-            Ok((keys.finish(), firsts.finish(), Int64Array::from(counts.to_vec())))
+            Ok((
+                idem_keys.finish(),
+                firsts.finish(),
+                Int64Array::from(counts[start as usize..end].to_vec()),
+            ))
         })?;
         for (keys, first, counts) in built {
             state.idem_key.push(keys);
             state.first.push(first);
             state.artifacts.push(counts);
-        }
-        // Each part's table now holds the rows' numbers in the whole table.
-        for (p, global) in found.into_iter().zip(&global) {
-            let mut index = p.index;
-            index.iter_mut().for_each(|local| *local = global[*local as usize]);
-            state.index.push(index);
         }
         Ok(state)
     }
@@ -489,6 +609,7 @@ impl AnalyzerRule for IdemArtifactsRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::compute::concat_batches;
 
     /// Job `j-{job}`'s first attempt, with idem_key `k-{idem}` and artifact `a-{artifact}`.
     fn row(job: usize, idem: usize, artifact: Option<usize>) -> StoredAttempt {
@@ -512,6 +633,100 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// The table's rows in their order, as (idem_key, artifacts).
+    fn in_order(batches: &[RecordBatch]) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for b in batches {
+            let keys = b.column(0).as_string::<i32>();
+            let counts = b.column(1).as_primitive::<Int64Type>();
+            out.extend((0..b.num_rows()).map(|i| (keys.value(i).to_string(), counts.value(i))));
+        }
+        out
+    }
+
+    /// However many parts the keys are shared out in, the table is the one a single pass over
+    /// the attempts gives, row for row and in the order each key first appears: keys repeated
+    /// next to each other and far apart, with the same artifact and others, rows without
+    /// artifact, batches of every size (an empty one among them); and it is brought up to date
+    /// from changed rows as before.
+    #[test]
+    fn the_keys_shared_out_in_any_number_of_parts_give_one_pass_s_table() {
+        // A spread of keys and artifacts from a fixed generator (xorshift).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut rows = Vec::new();
+        for job in 0..20_000 {
+            let idem = match next(4) {
+                0 => next(500) as usize, // a busy key, seen by many jobs
+                _ => 1_000 + job,        // the job's own key
+            };
+            for attempt in 1..=1 + next(3) as u32 {
+                let mut r = row(job, idem, None);
+                r.attempt.attempt_no = attempt;
+                r.attempt.artifact_id = match next(5) {
+                    0 => None,
+                    1 => Some(format!("a-{}", next(3))), // an artifact other jobs also name
+                    _ => Some(format!("a-{job}")),
+                };
+                rows.push(r);
+            }
+        }
+        // One pass, keys numbered as they first appear with an artifact.
+        let mut expected: Vec<(String, Vec<String>)> = Vec::new();
+        let mut place: std::collections::HashMap<String, usize> = Default::default();
+        for r in &rows {
+            let Some(a) = &r.attempt.artifact_id else { continue };
+            let at = *place.entry(r.attempt.idem_key.clone()).or_insert_with(|| {
+                expected.push((r.attempt.idem_key.clone(), Vec::new()));
+                expected.len() - 1
+            });
+            if !expected[at].1.contains(a) {
+                expected[at].1.push(a.clone());
+            }
+        }
+        let expected: Vec<(String, i64)> = expected.into_iter().map(|(k, a)| (k, a.len() as i64)).collect();
+        assert!(expected.iter().any(|(_, n)| *n > 2));
+
+        let whole = job_attempt::to_batches(&rows).unwrap();
+        let one = concat_batches(&whole[0].schema(), &whole).unwrap();
+        let total = one.num_rows();
+        let mut batches = Vec::new();
+        let mut at = 0;
+        for len in [1, 4_999, 0, 7_000, 12_345].into_iter().cycle() {
+            let len = len.min(total - at);
+            batches.push(one.slice(at, len));
+            at += len;
+            if at == total {
+                break;
+            }
+        }
+        let changed = [row(30_000, 7, Some(9)), row(30_001, 99_999, Some(1))];
+        for parts in [1, 2, 3, 8, 64] {
+            let mut state = State::compute_in(&batches, Cursor::default(), parts).unwrap();
+            assert_eq!(in_order(&state.batches().unwrap()), expected, "{parts} parts");
+            state.apply(&changed);
+            let after = in_order(&state.batches().unwrap());
+            let seven = format!("k-{:06}", 7);
+            let before_seven = expected.iter().find(|(k, _)| *k == seven).map_or(0, |(_, n)| *n);
+            assert_eq!(
+                after.iter().find(|(k, _)| *k == seven).unwrap().1,
+                before_seven + 1,
+                "{parts} parts"
+            );
+            assert_eq!(after.last().unwrap(), &(format!("k-{:06}", 99_999), 1), "{parts} parts");
+            assert_eq!(
+                after.len(),
+                expected.len() + 1 + usize::from(before_seven == 0),
+                "{parts} parts"
+            );
+        }
     }
 
     /// A table brought up to date from changed rows equals the table computed whole from every
