@@ -226,16 +226,38 @@ pub fn week_rollup(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
 ///
 /// Errors: a batch without [`COLUMNS`] ([`crate::Error::Internal`]).
 pub fn week_rollup_by_hash(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let part = State::default().part(attempts)?;
-    // Sorted and without repeats: a (week, key)'s run holds its distinct artifacts.
-    let mut counts: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
-    for key in part.keys.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-        let c = counts.entry(key[0].0).or_default();
-        c.0 += 1;
-        c.1 += key.len() as i64 - 1;
+    let state = State::default();
+    // Runs of whole jobs walked side by side, their keys dealt into shares by hash; then each
+    // share sorted and counted apart: a (week, key) is in one share only.
+    let runs = runs_of_jobs(attempts, 4 * crate::engine::parallel::workers())?;
+    let dealt = crate::engine::parallel::map(&runs, |run| state.deal(run, SHARES))?;
+    let shares: Vec<usize> = (0..SHARES).collect();
+    let counted = crate::engine::parallel::map(&shares, |&share| {
+        let mut keys: Vec<(i64, KeyHash, u64)> = dealt.iter().flat_map(|(_, k)| k[share].iter().copied()).collect();
+        // Sorted and without repeats: a (week, key)'s run holds its distinct artifacts.
+        keys.sort_unstable();
+        keys.dedup();
+        let mut counts: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+        for key in keys.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let c = counts.entry(key[0].0).or_default();
+            c.0 += 1;
+            c.1 += key.len() as i64 - 1;
+        }
+        Ok(counts)
+    })?;
+    let mut sums: BTreeMap<i64, Sums> = BTreeMap::new();
+    for (run_sums, _) in &dealt {
+        for (week, s) in run_sums {
+            sums.entry(*week).or_default().add(s, 1);
+        }
     }
-    let rows: Vec<(i64, Sums, i64, i64)> = part
-        .sums
+    let mut counts: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for (week, (unique, duplicates)) in counted.into_iter().flatten() {
+        let c = counts.entry(week).or_default();
+        c.0 += unique;
+        c.1 += duplicates;
+    }
+    let rows: Vec<(i64, Sums, i64, i64)> = sums
         .iter()
         .map(|(week, s)| {
             let (unique, duplicates) = counts.get(week).copied().unwrap_or_default();
@@ -243,6 +265,56 @@ pub fn week_rollup_by_hash(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>>
         })
         .collect();
     to_batch(rows.into_iter())
+}
+
+/// How many shares [`week_rollup_by_hash`] deals the (week, idem_key)s into: at 10 M attempts
+/// about 29,000 keys a share, whose sort stays in a core's cache.
+const SHARES: usize = 256;
+
+/// `attempts` (whole jobs in job order) cut into about `n` runs of about equal rows, each job's
+/// rows in one run: slices, nothing copied.
+///
+/// Errors: a batch without a job_id ([`crate::Error::Internal`]).
+fn runs_of_jobs(attempts: &[RecordBatch], n: usize) -> Result<Vec<Vec<RecordBatch>>> {
+    let total: usize = attempts.iter().map(RecordBatch::num_rows).sum();
+    let target = total.div_ceil(n.max(1)).max(1);
+    let mut runs = Vec::with_capacity(n);
+    let (mut run, mut in_run): (Vec<RecordBatch>, usize) = (Vec::new(), 0);
+    // The job of the last row of the batch before.
+    let mut before: Option<&str> = None;
+    for batch in attempts {
+        let jobs = job_attempt::column(batch, "job_id")?.as_string::<i32>();
+        let rows = batch.num_rows();
+        // Whether row `i` goes on the job of the row before it.
+        let goes_on = |i: usize| match i {
+            0 => before == Some(jobs.value(0)),
+            _ => jobs.value(i) == jobs.value(i - 1),
+        };
+        let mut from = 0;
+        while from < rows {
+            // Past the run's share of rows, at the next row that starts a job.
+            let mut cut = (from + target.saturating_sub(in_run)).min(rows);
+            while cut < rows && goes_on(cut) {
+                cut += 1;
+            }
+            if cut > from {
+                run.push(batch.slice(from, cut - from));
+                in_run += cut - from;
+            }
+            if cut == rows {
+                break;
+            }
+            runs.push(std::mem::take(&mut run));
+            (in_run, from) = (0, cut);
+        }
+        if rows > 0 {
+            before = Some(jobs.value(rows - 1));
+        }
+    }
+    if !run.is_empty() {
+        runs.push(run);
+    }
+    Ok(runs)
 }
 
 /// The table's one batch of `rows`: (week_start, sums, unique accepted artifacts, duplicate
@@ -375,10 +447,9 @@ pub struct Kept {
 #[derive(Default)]
 struct State {
     /// Two independently keyed hashers: one 128-bit hash of (week_start, idem_key).
-    hashers: (
-        std::collections::hash_map::RandomState,
-        std::collections::hash_map::RandomState,
-    ),
+    /// foldhash's quality hasher: SipHash, three hashes an attempt with an artifact, was a
+    /// tenth of the table's build.
+    hashers: (foldhash::quality::RandomState, foldhash::quality::RandomState),
     /// The part of each chunk's inner jobs, by chunk id (the chunks of the last read only).
     parts: HashMap<u64, Part>,
     /// The part of the jobs at the chunk boundaries at the last read.
@@ -393,22 +464,48 @@ struct State {
 impl State {
     /// The part of `attempts` (whole jobs in job order).
     fn part(&self, attempts: &[RecordBatch]) -> Result<Part> {
+        let (sums, mut keys) = self.deal(attempts, 1)?;
+        let mut keys = keys.pop().expect("one share");
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(Part { sums, keys })
+    }
+
+    /// What the jobs of `attempts` (whole, in job order) add to the table: their sums by
+    /// week_start, and each (week, idem_key, artifact_id) of their attempts with an artifact,
+    /// hashed, dealt among `shares` shares by the key's hash (repeats included).
+    #[allow(clippy::type_complexity)]
+    fn deal(
+        &self,
+        attempts: &[RecordBatch],
+        shares: usize,
+    ) -> Result<(BTreeMap<i64, Sums>, Vec<Vec<(i64, KeyHash, u64)>>)> {
         use std::hash::BuildHasher;
-        let mut part = Part::default();
+        let mut sums: BTreeMap<i64, Sums> = BTreeMap::new();
+        // Each attempt with an artifact gives one entry: room for a share's and a little more,
+        // so that no vector is copied as it grows (at 10 M attempts they hold 240 MB).
+        let mut with_artifact = 0;
+        for batch in attempts {
+            let a = job_attempt::column(batch, "artifact_id")?;
+            with_artifact += a.len() - a.null_count();
+        }
+        let room = match shares {
+            1 => with_artifact,
+            _ => with_artifact / shares + with_artifact / shares / 8 + 16,
+        };
+        let mut keys: Vec<Vec<(i64, KeyHash, u64)>> = (0..shares).map(|_| Vec::with_capacity(room)).collect();
         walk(attempts, |job, artifacts| {
             let week = week_start_of(job.first_start);
-            part.sums.entry(week).or_default().add(&job.sums(artifacts), 1);
+            sums.entry(week).or_default().add(&job.sums(artifacts), 1);
             for &(key, artifact) in artifacts {
                 let k = (
                     self.hashers.0.hash_one((week, key)),
                     self.hashers.1.hash_one((week, key)),
                 );
-                part.keys.push((week, k, self.hashers.0.hash_one(artifact)));
+                keys[(k.1 % shares as u64) as usize].push((week, k, self.hashers.0.hash_one(artifact)));
             }
         })?;
-        part.keys.sort_unstable();
-        part.keys.dedup();
-        Ok(part)
+        Ok((sums, keys))
     }
 
     /// Adds `part` to the totals (`sign` 1), or takes it out (-1).
@@ -524,5 +621,88 @@ impl Kept {
             })
             .collect();
         to_batch(rows.into_iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::compute::concat_batches;
+    use laneledger_store::Lane;
+
+    /// However the attempts are cut into batches and runs (jobs across batch ends, an empty
+    /// batch, a batch of one job's rows), the table by hash equals the table counted whole:
+    /// idem_keys shared by jobs of one week and of two, artifacts repeated under a key and not.
+    #[test]
+    fn the_table_by_hash_in_runs_equals_the_table_counted_whole() {
+        const DAY: i64 = 86_400_000_000;
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut rows = Vec::new();
+        for job in 0..6_000 {
+            let start = 1_796_083_200_000_000 + next(30) as i64 * DAY;
+            let idem = match next(3) {
+                0 => format!("k-busy-{}", next(200)),
+                _ => format!("k-{job}"),
+            };
+            for attempt in 1..=1 + next(4) as u32 {
+                let mut r = job_attempt::tests::stored(&format!("j-{job:05}"), attempt, next(100));
+                r.attempt.idem_key = idem.clone();
+                r.attempt.started_at = start + attempt as i64;
+                r.attempt.lane = if next(2) == 0 { Lane::Free } else { Lane::Paid };
+                r.attempt.tokens_out = Some(next(50));
+                r.attempt.artifact_id = match next(4) {
+                    0 => None,
+                    1 => Some(format!("a-{}", next(5))),
+                    _ => Some(format!("a-{job}")),
+                };
+                rows.push(r);
+            }
+        }
+        let whole = job_attempt::to_batches(&rows).unwrap();
+        let one = concat_batches(&whole[0].schema(), &whole).unwrap();
+        let expected = week_rollup(std::slice::from_ref(&one)).unwrap();
+        assert!(expected[0].num_rows() >= 5);
+        let (mut batches, mut at) = (Vec::new(), 0);
+        for len in [3, 1, 0, 777, 2, 4_001].into_iter().cycle() {
+            let len = len.min(one.num_rows() - at);
+            batches.push(one.slice(at, len));
+            at += len;
+            if at == one.num_rows() {
+                break;
+            }
+        }
+        assert_eq!(week_rollup_by_hash(&batches).unwrap(), expected);
+        for n in [1, 2, 3, 7, 64, 100_000] {
+            let runs = runs_of_jobs(&batches, n).unwrap();
+            let cut: Vec<RecordBatch> = runs.iter().flatten().cloned().collect();
+            assert_eq!(concat_batches(&one.schema(), &cut).unwrap(), one, "{n} runs");
+            // No job in two runs.
+            let last_and_first: Vec<(String, String)> = runs
+                .windows(2)
+                .map(|w| {
+                    let job = |b: &RecordBatch, i: usize| {
+                        job_attempt::column(b, "job_id")
+                            .unwrap()
+                            .as_string::<i32>()
+                            .value(i)
+                            .to_string()
+                    };
+                    let l = w[0].iter().rev().find(|b| b.num_rows() > 0).unwrap();
+                    let f = w[1].iter().find(|b| b.num_rows() > 0).unwrap();
+                    (job(l, l.num_rows() - 1), job(f, 0))
+                })
+                .collect();
+            assert!(last_and_first.iter().all(|(l, f)| l != f), "{n} runs");
+            assert!(runs.len() <= n.max(1) + 1, "{n} runs: {}", runs.len());
+            if n <= 7 {
+                assert_eq!(runs.len(), n, "{n} runs");
+            }
+        }
     }
 }
