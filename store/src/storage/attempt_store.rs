@@ -792,6 +792,80 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     }
 }
 
+/// The rows a transaction writes to its run, until its finish: hashed by job_id for the lookups
+/// (a borrowed key allocates nothing), sorted once at the finish. A B-tree kept in order at every
+/// write, and taken apart node by node at the finish, was a seventh of a random-id ingest's
+/// writer thread.
+#[derive(Default)]
+struct Pending {
+    /// Each job's rows: (attempt_no, stored value), in the order first written.
+    jobs: std::collections::HashMap<String, Vec<(u32, Vec<u8>)>>,
+    /// The greatest key held.
+    last: Option<(String, u32)>,
+}
+
+impl Pending {
+    fn get(&self, job_id: &str, attempt_no: u32) -> Option<&[u8]> {
+        let rows = self.jobs.get(job_id)?;
+        rows.iter().find(|(no, _)| *no == attempt_no).map(|(_, v)| v.as_slice())
+    }
+
+    /// Writes a row, replacing the row of its key if one is held.
+    fn insert(&mut self, job_id: &str, attempt_no: u32, value: &[u8]) {
+        if self
+            .last
+            .as_ref()
+            .is_none_or(|(j, n)| (j.as_str(), *n) < (job_id, attempt_no))
+        {
+            self.last = Some((job_id.to_string(), attempt_no));
+        }
+        let rows = match self.jobs.get_mut(job_id) {
+            Some(rows) => rows,
+            None => self.jobs.entry(job_id.to_string()).or_default(),
+        };
+        match rows.iter_mut().find(|(no, _)| *no == attempt_no) {
+            Some(row) => row.1 = value.to_vec(),
+            None => rows.push((attempt_no, value.to_vec())),
+        }
+    }
+
+    /// Takes a row out, if it is held.
+    fn remove(&mut self, job_id: &str, attempt_no: u32) {
+        let Some(rows) = self.jobs.get_mut(job_id) else { return };
+        rows.retain(|(no, _)| *no != attempt_no);
+        if rows.is_empty() {
+            self.jobs.remove(job_id);
+        }
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|(j, n)| (j.as_str(), *n) == (job_id, attempt_no))
+        {
+            self.last = self
+                .jobs
+                .iter()
+                .flat_map(|(j, rows)| rows.iter().map(move |(n, _)| (j, *n)))
+                .max()
+                .map(|(j, n)| (j.clone(), n));
+        }
+    }
+
+    /// The greatest key held.
+    fn last(&self) -> Option<(&str, u32)> {
+        self.last.as_ref().map(|(j, n)| (j.as_str(), *n))
+    }
+
+    /// The rows by job_id, then attempt_no.
+    fn into_sorted(self) -> Vec<(String, Vec<(u32, Vec<u8>)>)> {
+        let mut jobs: Vec<(String, Vec<(u32, Vec<u8>)>)> = self.jobs.into_iter().collect();
+        jobs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (_, rows) in &mut jobs {
+            rows.sort_unstable_by_key(|(no, _)| *no);
+        }
+        jobs
+    }
+}
+
 /// The attempt rows inside a write transaction: appends go to the last block, every other write
 /// to the transaction's run; [`AttemptWriter::finish`] packs what was appended, stores the run and
 /// merges runs by tier. Rows of the transaction read back at once ([`AttemptWriter::get`]).
@@ -806,8 +880,7 @@ pub struct AttemptWriter<'txn> {
     /// Each run's key filter, newest first, read at the first lookup that reaches the runs.
     filters: Option<Vec<(u64, Vec<u8>)>>,
     /// Rows of this transaction that do not sort above every key held: its run, at the finish.
-    /// By job_id then attempt_no, so that a lookup by a borrowed key allocates nothing.
-    pending: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+    pending: Pending,
     /// Rows appended in this transaction (after the last stored block's rows, when that block
     /// was not full: it is taken out and packed again with them).
     tail: BlockBuilder,
@@ -829,7 +902,7 @@ impl<'txn> AttemptWriter<'txn> {
             run_list: run_list(&dir)?,
             dir,
             filters: None,
-            pending: BTreeMap::new(),
+            pending: Pending::default(),
             tail: BlockBuilder::default(),
             tail_open: false,
             lookups: Lookups::default(),
@@ -853,10 +926,8 @@ impl<'txn> AttemptWriter<'txn> {
         if let Some((k, _)) = self.delta.last()? {
             consider(k.value());
         }
-        if let Some((j, nos)) = self.pending.last_key_value()
-            && let Some((n, _)) = nos.last_key_value()
-        {
-            consider((j.as_str(), *n));
+        if let Some(k) = self.pending.last() {
+            consider(k);
         }
         for &(id, _) in &self.run_list {
             if let Some(row) = self
@@ -939,8 +1010,8 @@ impl<'txn> AttemptWriter<'txn> {
     /// [`Error::Corrupt`] for a block that does not unpack.
     pub fn get(&mut self, job_id: &str, attempt_no: u32) -> Result<Option<Vec<u8>>> {
         let key = (job_id, attempt_no);
-        if let Some(v) = self.pending.get(job_id).and_then(|nos| nos.get(&attempt_no)) {
-            return Ok(Some(v.clone()));
+        if let Some(v) = self.pending.get(job_id, attempt_no) {
+            return Ok(Some(v.to_vec()));
         }
         if self.filters.is_none() && !self.run_list.is_empty() {
             let mut filters = Vec::with_capacity(self.run_list.len());
@@ -974,15 +1045,7 @@ impl<'txn> AttemptWriter<'txn> {
     /// Writes a row to the transaction's run: a new row whose key does not sort above every key
     /// held, or the new value of a row held (it shadows the older row).
     pub fn put(&mut self, job_id: &str, attempt_no: u32, value: &[u8]) -> Result<()> {
-        match self.pending.get_mut(job_id) {
-            Some(nos) => {
-                nos.insert(attempt_no, value.to_vec());
-            }
-            None => {
-                self.pending
-                    .insert(job_id.to_string(), BTreeMap::from([(attempt_no, value.to_vec())]));
-            }
-        }
+        self.pending.insert(job_id, attempt_no, value);
         Ok(())
     }
 
@@ -995,12 +1058,7 @@ impl<'txn> AttemptWriter<'txn> {
             self.delta.remove((job.as_str(), *no))?;
         }
         for (job, no) in keys {
-            if let Some(nos) = self.pending.get_mut(job.as_str()) {
-                nos.remove(no);
-                if nos.is_empty() {
-                    self.pending.remove(job.as_str());
-                }
-            }
+            self.pending.remove(job, *no);
         }
         self.remove_from_runs(keys)?;
         // The blocks, each rewritten once without its removed rows.
@@ -1099,7 +1157,7 @@ impl<'txn> AttemptWriter<'txn> {
     pub fn finish(mut self) -> Result<u64> {
         self.store_tail()?;
         self.tail_open = false;
-        let pending = std::mem::take(&mut self.pending);
+        let pending = std::mem::take(&mut self.pending).into_sorted();
         if !pending.is_empty() {
             let id = self.new_run_id();
             let mut packer = RunPacker::new(id);
@@ -1633,6 +1691,52 @@ mod tests {
     use crate::drill::SplitMix64;
 
     type Model = BTreeMap<(String, u32), Vec<u8>>;
+
+    /// A transaction's pending rows against a sorted map of the same writes: every lookup, the
+    /// greatest key after each write and removal (the greatest removed too), and the rows in key
+    /// order at the end.
+    #[test]
+    fn pending_rows_behave_as_a_sorted_map() {
+        let mut rng = SplitMix64::new(7);
+        let mut pending = Pending::default();
+        let mut model = Model::new();
+        for step in 0..4_000u32 {
+            let mut key = (format!("job-{:03}", rng.next_u64() % 150), (rng.next_u64() % 4) as u32);
+            match rng.next_u64() % 5 {
+                0 => {
+                    // Now and then the greatest key itself.
+                    if step % 3 == 0
+                        && let Some(greatest) = model.keys().next_back()
+                    {
+                        key = greatest.clone();
+                    }
+                    pending.remove(&key.0, key.1);
+                    model.remove(&key);
+                }
+                _ => {
+                    let value = step.to_le_bytes().to_vec();
+                    pending.insert(&key.0, key.1, &value);
+                    model.insert(key.clone(), value);
+                }
+            }
+            assert_eq!(
+                pending.get(&key.0, key.1),
+                model.get(&key).map(Vec::as_slice),
+                "step {step}"
+            );
+            assert_eq!(
+                pending.last(),
+                model.keys().next_back().map(|(j, n)| (j.as_str(), *n)),
+                "step {step}"
+            );
+        }
+        let sorted: Vec<((String, u32), Vec<u8>)> = pending
+            .into_sorted()
+            .into_iter()
+            .flat_map(|(j, rows)| rows.into_iter().map(move |(n, v)| ((j.clone(), n), v)))
+            .collect();
+        assert_eq!(sorted, model.into_iter().collect::<Vec<_>>());
+    }
 
     /// Every row as the store reads it, three ways that must agree: row by row, with whole
     /// blocks unpacked, and one job at a time.
