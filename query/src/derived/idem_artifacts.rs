@@ -653,14 +653,9 @@ mod tests {
     /// from changed rows as before.
     #[test]
     fn the_keys_shared_out_in_any_number_of_parts_give_one_pass_s_table() {
-        // A spread of keys and artifacts from a fixed generator (xorshift).
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        // A spread of keys and artifacts from a fixed generator.
+        let mut rng = laneledger_store::drill::SplitMix64::new(7);
+        let mut next = move |n: u64| rng.next_u64() % n;
         let mut rows = Vec::new();
         for job in 0..20_000 {
             let idem = match next(4) {

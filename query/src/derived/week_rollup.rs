@@ -233,7 +233,7 @@ pub fn week_rollup_by_hash(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>>
     let dealt = crate::engine::parallel::map(&runs, |run| state.deal(run, SHARES))?;
     let shares: Vec<usize> = (0..SHARES).collect();
     let counted = crate::engine::parallel::map(&shares, |&share| {
-        let mut keys: Vec<(i64, KeyHash, u64)> = dealt.iter().flat_map(|(_, k)| k[share].iter().copied()).collect();
+        let mut keys: Vec<KeyEntry> = dealt.iter().flat_map(|d| d.shares[share].iter().copied()).collect();
         // Sorted and without repeats: a (week, key)'s run holds its distinct artifacts.
         keys.sort_unstable();
         keys.dedup();
@@ -246,8 +246,8 @@ pub fn week_rollup_by_hash(attempts: &[RecordBatch]) -> Result<Vec<RecordBatch>>
         Ok(counts)
     })?;
     let mut sums: BTreeMap<i64, Sums> = BTreeMap::new();
-    for (run_sums, _) in &dealt {
-        for (week, s) in run_sums {
+    for d in &dealt {
+        for (week, s) in &d.sums {
             sums.entry(*week).or_default().add(s, 1);
         }
     }
@@ -365,12 +365,22 @@ fn to_batch(rows: impl ExactSizeIterator<Item = (i64, Sums, i64, i64)>) -> Resul
 #[derive(Default)]
 struct Part {
     sums: BTreeMap<i64, Sums>,
-    keys: Vec<(i64, KeyHash, u64)>,
+    keys: Vec<KeyEntry>,
 }
 
 /// A 128-bit hash of (week_start, idem_key), as two words (8-byte aligned: a `u128` would pad
 /// every entry to 16 bytes).
 type KeyHash = (u64, u64);
+
+/// A (week_start, idem_key, artifact_id) as [`Part`] holds it: the week, the key's hash, the
+/// artifact's hash within its key.
+type KeyEntry = (i64, KeyHash, u64);
+
+/// What some whole jobs add to the table, their keys dealt into shares ([`State::deal`]).
+struct Dealt {
+    sums: BTreeMap<i64, Sums>,
+    shares: Vec<Vec<KeyEntry>>,
+}
 
 /// One (week, idem_key)'s distinct artifacts (hashes), each with how many parts hold it: the
 /// first in place, as most keys have one; the others, when there are any, apart (a boxed slice,
@@ -464,8 +474,8 @@ struct State {
 impl State {
     /// The part of `attempts` (whole jobs in job order).
     fn part(&self, attempts: &[RecordBatch]) -> Result<Part> {
-        let (sums, mut keys) = self.deal(attempts, 1)?;
-        let mut keys = keys.pop().expect("one share");
+        let Dealt { sums, mut shares } = self.deal(attempts, 1)?;
+        let mut keys = shares.pop().expect("one share");
         keys.sort_unstable();
         keys.dedup();
         Ok(Part { sums, keys })
@@ -474,12 +484,7 @@ impl State {
     /// What the jobs of `attempts` (whole, in job order) add to the table: their sums by
     /// week_start, and each (week, idem_key, artifact_id) of their attempts with an artifact,
     /// hashed, dealt among `shares` shares by the key's hash (repeats included).
-    #[allow(clippy::type_complexity)]
-    fn deal(
-        &self,
-        attempts: &[RecordBatch],
-        shares: usize,
-    ) -> Result<(BTreeMap<i64, Sums>, Vec<Vec<(i64, KeyHash, u64)>>)> {
+    fn deal(&self, attempts: &[RecordBatch], shares: usize) -> Result<Dealt> {
         use std::hash::BuildHasher;
         let mut sums: BTreeMap<i64, Sums> = BTreeMap::new();
         // Each attempt with an artifact gives one entry: room for a share's and a little more,
@@ -493,7 +498,7 @@ impl State {
             1 => with_artifact,
             _ => with_artifact / shares + with_artifact / shares / 8 + 16,
         };
-        let mut keys: Vec<Vec<(i64, KeyHash, u64)>> = (0..shares).map(|_| Vec::with_capacity(room)).collect();
+        let mut keys: Vec<Vec<KeyEntry>> = (0..shares).map(|_| Vec::with_capacity(room)).collect();
         walk(attempts, |job, artifacts| {
             let week = week_start_of(job.first_start);
             sums.entry(week).or_default().add(&job.sums(artifacts), 1);
@@ -505,7 +510,7 @@ impl State {
                 keys[(k.1 % shares as u64) as usize].push((week, k, self.hashers.0.hash_one(artifact)));
             }
         })?;
-        Ok((sums, keys))
+        Ok(Dealt { sums, shares: keys })
     }
 
     /// Adds `part` to the totals (`sign` 1), or takes it out (-1).
@@ -636,13 +641,8 @@ mod tests {
     #[test]
     fn the_table_by_hash_in_runs_equals_the_table_counted_whole() {
         const DAY: i64 = 86_400_000_000;
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = laneledger_store::drill::SplitMix64::new(7);
+        let mut next = move |n: u64| rng.next_u64() % n;
         let mut rows = Vec::new();
         for job in 0..6_000 {
             let start = 1_796_083_200_000_000 + next(30) as i64 * DAY;

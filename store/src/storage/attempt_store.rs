@@ -792,6 +792,9 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     }
 }
 
+/// One job's rows in a transaction's run: (attempt_no, stored value).
+type JobRows = Vec<(u32, Vec<u8>)>;
+
 /// The rows a transaction writes to its run, until its finish: hashed by job_id for the lookups
 /// (a borrowed key allocates nothing), sorted once at the finish. A B-tree kept in order at every
 /// write, and taken apart node by node at the finish, was a seventh of a random-id ingest's
@@ -799,7 +802,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
 #[derive(Default)]
 struct Pending {
     /// Each job's rows: (attempt_no, stored value), in the order first written.
-    jobs: std::collections::HashMap<String, Vec<(u32, Vec<u8>)>>,
+    jobs: std::collections::HashMap<String, JobRows>,
     /// The greatest key held.
     last: Option<(String, u32)>,
 }
@@ -856,8 +859,8 @@ impl Pending {
     }
 
     /// The rows by job_id, then attempt_no.
-    fn into_sorted(self) -> Vec<(String, Vec<(u32, Vec<u8>)>)> {
-        let mut jobs: Vec<(String, Vec<(u32, Vec<u8>)>)> = self.jobs.into_iter().collect();
+    fn into_sorted(self) -> Vec<(String, JobRows)> {
+        let mut jobs: Vec<(String, JobRows)> = self.jobs.into_iter().collect();
         jobs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (_, rows) in &mut jobs {
             rows.sort_unstable_by_key(|(no, _)| *no);
