@@ -115,7 +115,7 @@ impl Dealt {
                 a.len() - a.null_count()
             })
             .sum();
-        let each = with_artifact / parts + with_artifact / parts / 8 + 16;
+        let each = parallel::share_room(with_artifact, parts);
         let mut dealt = Dealt {
             hashes: (0..parts).map(|_| Vec::with_capacity(each)).collect(),
             rows: (0..parts).map(|_| Vec::with_capacity(each)).collect(),
@@ -609,7 +609,6 @@ impl AnalyzerRule for IdemArtifactsRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::compute::concat_batches;
 
     /// Job `j-{job}`'s first attempt, with idem_key `k-{idem}` and artifact `a-{artifact}`.
     fn row(job: usize, idem: usize, artifact: Option<usize>) -> StoredAttempt {
@@ -621,16 +620,7 @@ mod tests {
 
     /// The table's rows, sorted, as (idem_key, artifacts).
     fn sorted(batches: &[RecordBatch]) -> Vec<(String, i64)> {
-        let mut out: Vec<(String, i64)> = batches
-            .iter()
-            .flat_map(|b| {
-                let keys = b.column(0).as_string::<i32>();
-                let counts = b.column(1).as_primitive::<Int64Type>();
-                (0..b.num_rows())
-                    .map(|i| (keys.value(i).to_string(), counts.value(i)))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let mut out = in_order(batches);
         out.sort();
         out
     }
@@ -689,19 +679,7 @@ mod tests {
         let expected: Vec<(String, i64)> = expected.into_iter().map(|(k, a)| (k, a.len() as i64)).collect();
         assert!(expected.iter().any(|(_, n)| *n > 2));
 
-        let whole = job_attempt::to_batches(&rows).unwrap();
-        let one = concat_batches(&whole[0].schema(), &whole).unwrap();
-        let total = one.num_rows();
-        let mut batches = Vec::new();
-        let mut at = 0;
-        for len in [1, 4_999, 0, 7_000, 12_345].into_iter().cycle() {
-            let len = len.min(total - at);
-            batches.push(one.slice(at, len));
-            at += len;
-            if at == total {
-                break;
-            }
-        }
+        let batches = job_attempt::tests::cut(&rows, &[1, 4_999, 0, 7_000, 12_345]);
         let changed = [row(30_000, 7, Some(9)), row(30_001, 99_999, Some(1))];
         for parts in [1, 2, 3, 8, 64] {
             let mut state = State::compute_in(&batches, Cursor::default(), parts).unwrap();

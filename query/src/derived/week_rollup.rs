@@ -456,9 +456,9 @@ pub struct Kept {
 
 #[derive(Default)]
 struct State {
-    /// Two independently keyed hashers: one 128-bit hash of (week_start, idem_key).
-    /// foldhash's quality hasher: SipHash, three hashes an attempt with an artifact, was a
-    /// tenth of the table's build.
+    /// Two independently keyed hashers: one 128-bit hash of (week_start, idem_key). foldhash's:
+    /// SipHash (three hashes an attempt with an artifact) was about a third of a command's build
+    /// of the table in `perf`.
     hashers: (foldhash::quality::RandomState, foldhash::quality::RandomState),
     /// The part of each chunk's inner jobs, by chunk id (the chunks of the last read only).
     parts: HashMap<u64, Part>,
@@ -494,10 +494,7 @@ impl State {
             let a = job_attempt::column(batch, "artifact_id")?;
             with_artifact += a.len() - a.null_count();
         }
-        let room = match shares {
-            1 => with_artifact,
-            _ => with_artifact / shares + with_artifact / shares / 8 + 16,
-        };
+        let room = crate::engine::parallel::share_room(with_artifact, shares);
         let mut keys: Vec<Vec<KeyEntry>> = (0..shares).map(|_| Vec::with_capacity(room)).collect();
         walk(attempts, |job, artifacts| {
             let week = week_start_of(job.first_start);
@@ -668,15 +665,7 @@ mod tests {
         let one = concat_batches(&whole[0].schema(), &whole).unwrap();
         let expected = week_rollup(std::slice::from_ref(&one)).unwrap();
         assert!(expected[0].num_rows() >= 5);
-        let (mut batches, mut at) = (Vec::new(), 0);
-        for len in [3, 1, 0, 777, 2, 4_001].into_iter().cycle() {
-            let len = len.min(one.num_rows() - at);
-            batches.push(one.slice(at, len));
-            at += len;
-            if at == one.num_rows() {
-                break;
-            }
-        }
+        let batches = job_attempt::tests::cut(&rows, &[3, 1, 0, 777, 2, 4_001]);
         assert_eq!(week_rollup_by_hash(&batches).unwrap(), expected);
         for n in [1, 2, 3, 7, 64, 100_000] {
             let runs = runs_of_jobs(&batches, n).unwrap();

@@ -13,6 +13,15 @@ pub fn workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
 }
 
+/// Room for one of `shares` vectors that `items` are dealt into by hash: all of them for one
+/// share, else a fair share and an eighth more, so that a vector is seldom copied as it grows.
+pub fn share_room(items: usize, shares: usize) -> usize {
+    match shares {
+        0 | 1 => items,
+        _ => items / shares + items / shares / 8 + 16,
+    }
+}
+
 /// `f` of each of `items`, in their order, computed on up to one thread a core, each thread
 /// taking the next item not taken yet (items may differ in cost). After an error no item is
 /// started; the error of the lowest item that failed is returned, once every thread has stopped.

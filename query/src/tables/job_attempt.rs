@@ -927,6 +927,23 @@ pub(crate) mod tests {
     use datafusion::arrow::array::{Array, Int64Array, StringArray};
     use laneledger_store::{Attempt, Lane};
 
+    /// `rows` as `job_attempt` batches cut at lengths taken from `lens` in turn (a 0 makes an empty
+    /// batch), the last cut short: for tests of builds that must not care where batches end.
+    pub(crate) fn cut(rows: &[StoredAttempt], lens: &[usize]) -> Vec<RecordBatch> {
+        let whole = to_batches(rows).unwrap();
+        let one = datafusion::arrow::compute::concat_batches(&whole[0].schema(), &whole).unwrap();
+        let (mut out, mut at) = (Vec::new(), 0);
+        for &len in lens.iter().cycle() {
+            let len = len.min(one.num_rows() - at);
+            out.push(one.slice(at, len));
+            at += len;
+            if at == one.num_rows() {
+                break;
+            }
+        }
+        out
+    }
+
     /// An open free-lane attempt with idem_key `k-{job_id}` and `tokens_in`, nothing else set
     /// (also the fixture of the tables computed from the cache, e.g. `idem_artifacts`).
     pub(crate) fn stored(job_id: &str, attempt_no: u32, tokens_in: u64) -> StoredAttempt {

@@ -639,9 +639,7 @@ impl Merger {
 pub struct AttemptRows<B, R> {
     blocks: B,
     runs: R,
-    /// Run numbers, newest first.
-    run_ids: Vec<u64>,
-    /// Each run's number and rows.
+    /// Each run's number and rows, oldest first.
     run_rows: Vec<(u64, u64)>,
     lookups: std::cell::RefCell<Lookups>,
 }
@@ -651,21 +649,23 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     /// `attempt_run_dir` table given. Errors: storage errors, [`Error::Corrupt`] for a run header
     /// that does not read.
     pub fn new(blocks: B, runs: R, dir: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self> {
-        let run_rows = run_list(dir)?;
-        let run_ids = run_rows.iter().rev().map(|&(id, _)| id).collect();
         Ok(AttemptRows {
             blocks,
             runs,
-            run_ids,
-            run_rows,
+            run_rows: run_list(dir)?,
             lookups: Default::default(),
         })
+    }
+
+    /// The run numbers, newest first (as they shadow).
+    fn newest_first(&self) -> impl Iterator<Item = u64> + '_ {
+        self.run_rows.iter().rev().map(|&(id, _)| id)
     }
 
     /// One row's stored value by its key. Errors: storage errors, [`Error::Corrupt`] for a block
     /// that does not unpack.
     pub fn get(&self, job_id: &str, attempt_no: u32) -> Result<Option<Vec<u8>>> {
-        for &id in &self.run_ids {
+        for id in self.newest_first() {
             if let Some(v) = run_get(&self.runs, id, (job_id, attempt_no))? {
                 return Ok(Some(v));
             }
@@ -680,7 +680,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     /// of its time there). Errors as [`AttemptRows::get`].
     pub fn get_sorted(&self, keys: &[(String, u32)]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
-        for &id in &self.run_ids {
+        for id in self.newest_first() {
             sorted_lookups(keys, &mut out, |key| run_block(&self.runs, id, key))?;
         }
         sorted_lookups(keys, &mut out, |key| {
@@ -697,7 +697,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
     /// One job's stored values in `attempt_no` order. Errors as [`AttemptRows::get`].
     pub fn job(&self, job_id: &str) -> Result<Vec<Vec<u8>>> {
         let mut rows: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
-        for &id in &self.run_ids {
+        for id in self.newest_first() {
             for row in self.runs.range::<(u64, &str, u32)>((id, job_id, 0)..(id + 1, "", 0))? {
                 let (k, v) = row?;
                 let (_, job, no) = k.value();
@@ -742,7 +742,7 @@ impl<B: ReadableTable<Key, &'static [u8]>, R: ReadableTable<RunKey, &'static [u8
         range: KeyRange,
         mut f: impl FnMut(Piece<'_>) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut merger = Merger::new(self.run_ids.iter().copied(), true, range);
+        let mut merger = Merger::new(self.newest_first(), true, range);
         while merger.step(&self.blocks, &self.runs, packed, &mut f)? {}
         Ok(())
     }
