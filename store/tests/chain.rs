@@ -1313,3 +1313,38 @@ fn a_format_9_ledger_keeps_its_runs_and_finds_every_key_they_hold() {
     assert_eq!(all.len(), rows.len() + 1);
     assert_eq!(l.verify().unwrap().first_bad, None);
 }
+
+/// An ingest of random ids in commits of 20 records: its runs are merged on a second thread
+/// while it writes. Every record is held and found by its key, a second delivery of the file is
+/// all duplicates, the chain verifies, and no four runs of one tier are left side by side (the
+/// merges the thread had not reached are done before the ingest returns).
+#[test]
+fn an_ingest_whose_runs_merge_on_a_second_thread_holds_every_record_and_leaves_them_merged() {
+    use laneledger_store::storage::tables::ATTEMPT_RUN_DIR;
+    let dir = tempfile::tempdir().unwrap();
+    let l = Ledger::open(dir.path().join("bg.redb")).unwrap();
+    let (attempts, text) = random_id_drill(21);
+    let r = ingest_reader(&l, "r.ndjson", text.as_bytes(), InputFormat::Ndjson, 20, |_| {}).unwrap();
+    assert_eq!(r.counters.accepted, attempts.len() as u64);
+    for a in &attempts {
+        let held = l.attempt(&a.job_id, a.attempt_no).unwrap().unwrap().attempt;
+        assert_eq!(
+            (&held.idem_key, held.started_at, held.ended_at),
+            (&a.idem_key, a.started_at, a.ended_at)
+        );
+    }
+    let again = ingest_reader(&l, "r.ndjson", text.as_bytes(), InputFormat::Ndjson, 20, |_| {}).unwrap();
+    assert_eq!(again.counters.duplicates, attempts.len() as u64);
+    let report = l.verify().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let tiers: Vec<u32> = {
+        let txn = l.database().begin_read().unwrap();
+        let runs = txn.open_table(ATTEMPT_RUN_DIR).unwrap();
+        runs.iter()
+            .unwrap()
+            .map(|r| u64::from_le_bytes(r.unwrap().1.value()[1..9].try_into().unwrap()).ilog2() / 2)
+            .collect()
+    };
+    assert!(tiers.len() > 1, "{tiers:?}");
+    assert!(!tiers.windows(4).any(|w| w.iter().all(|&t| t == w[0])), "{tiers:?}");
+}

@@ -36,6 +36,10 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use twox_hash::XxHash3_64;
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
@@ -62,6 +66,12 @@ const FAN_IN: usize = 4;
 /// commit (from a 10,000-record commit: 40 k, 160 k, 640 k), in a ledger of any size.
 const CAPPED_TIER: u32 = 9;
 
+/// Runs held past which a writer whose merges are left to a second thread
+/// ([`AttemptWriter::merges_in_background`]) merges on its own thread again, as if there were
+/// none: while that thread merges a large window, commits go on adding runs, and each run held
+/// costs every lookup of a new key a filter probe.
+const RUN_LIMIT: usize = 40;
+
 /// An attempt row's key: (job_id, attempt_no).
 pub type Key = (&'static str, u32);
 
@@ -79,10 +89,24 @@ fn tier(rows: u64) -> u32 {
     if rows == 0 { 0 } else { rows.ilog2() / 2 }
 }
 
-/// Whether the newest [`FAN_IN`] runs are merged, given the oldest of them (`oldest`, rows) and the
-/// newest (`newest`).
-fn merges(oldest: u64, newest: u64) -> bool {
-    tier(oldest) <= tier(newest) && tier(oldest) < CAPPED_TIER
+/// Whether a window of [`FAN_IN`] runs next to each other (oldest first) is merged into one: its
+/// oldest run is of no higher tier than its newest, below [`CAPPED_TIER`], and no run of it is of
+/// a higher tier than its newest. Merged on the writer's thread, the newest window is the only
+/// one that can be due, and the last condition always holds; merged on a second thread
+/// ([`merge_committed`]), windows further back are due too, and it keeps a large run out of the
+/// merges of the small ones around it (which would rewrite it again and again).
+fn due(window: &[(u64, u64)]) -> bool {
+    let (oldest, newest) = (tier(window[0].1), tier(window[window.len() - 1].1));
+    oldest <= newest && oldest < CAPPED_TIER && window.iter().all(|&(_, rows)| tier(rows) <= newest)
+}
+
+/// The start of the oldest window of [`FAN_IN`] runs next to each other in `list` (oldest first)
+/// that is [`due`], if any. Merged into one run in the place of the window's newest (a run newer
+/// than the window still shadows it, an older one is still shadowed by it). Oldest first, so that
+/// runs merge in the order they came, as on the writer's thread: taken newest first, the runs of
+/// a tier that came before the window would be left behind it, older than a larger run.
+fn due_window(list: &[(u64, u64)]) -> Option<usize> {
+    (0..=list.len().checked_sub(FAN_IN)?).find(|&i| due(&list[i..i + FAN_IN]))
 }
 
 /// The first byte of a run header.
@@ -869,6 +893,15 @@ impl Pending {
     }
 }
 
+/// What an [`AttemptWriter`] hands on to the next transaction's ([`AttemptWriter::finish_keeping`]):
+/// the runs held, oldest first, their filters when they were read (newest first), and the
+/// unpacked size a block is filled to.
+pub struct KeptRuns {
+    run_list: Vec<(u64, u64)>,
+    filters: Option<Vec<(u64, Arc<[u8]>)>>,
+    target: usize,
+}
+
 /// The attempt rows inside a write transaction: appends go to the last block, every other write
 /// to the transaction's run; [`AttemptWriter::finish`] packs what was appended, stores the run and
 /// merges runs by tier. Rows of the transaction read back at once ([`AttemptWriter::get`]).
@@ -881,7 +914,7 @@ pub struct AttemptWriter<'txn> {
     /// The runs held, oldest first: (run number, rows).
     run_list: Vec<(u64, u64)>,
     /// Each run's key filter, newest first, read at the first lookup that reaches the runs.
-    filters: Option<Vec<(u64, Vec<u8>)>>,
+    filters: Option<Vec<(u64, Arc<[u8]>)>>,
     /// Rows of this transaction that do not sort above every key held: its run, at the finish.
     pending: Pending,
     /// Rows appended in this transaction (after the last stored block's rows, when that block
@@ -892,26 +925,95 @@ pub struct AttemptWriter<'txn> {
     block_rows: u64,
     /// The unpacked bytes a block is filled to ([`raw_target`]).
     target: usize,
+    /// Whether runs are merged on a second thread ([`AttemptWriter::merges_in_background`]).
+    background: bool,
 }
 
 impl<'txn> AttemptWriter<'txn> {
     /// Opens the attempt tables of `txn`; `block_rows` is the [`BLOCK_ROWS`] counter.
     pub fn open(txn: &'txn WriteTransaction, block_rows: u64) -> Result<Self> {
+        Self::open_kept(txn, block_rows, None)
+    }
+
+    /// [`AttemptWriter::open`], with what the writer of the transaction before kept
+    /// ([`AttemptWriter::finish_keeping`]), when no other write came between them: the run list
+    /// and filters are then not read again. Their headers hold the filters, megabytes at 10 M
+    /// attempts, which every commit of an ingest read and copied.
+    pub fn open_kept(txn: &'txn WriteTransaction, block_rows: u64, kept: Option<KeptRuns>) -> Result<Self> {
         let dir = txn.open_table(ATTEMPT_RUN_DIR)?;
+        let (run_list, filters, target) = match kept {
+            Some(k) => (k.run_list, k.filters, k.target),
+            None => (run_list(&dir)?, None, raw_target(0, 0)),
+        };
         Ok(AttemptWriter {
             blocks: txn.open_table(ATTEMPT_BLOCK)?,
             delta: txn.open_table(ATTEMPT)?,
             runs: txn.open_table(ATTEMPT_RUN)?,
-            run_list: run_list(&dir)?,
+            run_list,
             dir,
-            filters: None,
+            filters,
             pending: Pending::default(),
             tail: BlockBuilder::default(),
             tail_open: false,
             lookups: Lookups::default(),
             block_rows,
-            target: raw_target(0, 0),
+            target,
+            background: false,
         })
+    }
+
+    /// Leaves the merges of runs to a second thread ([`crate::storage::background_merge`]), which
+    /// hands them back to [`AttemptWriter::install`]: [`AttemptWriter::finish`] merges only once
+    /// more than [`RUN_LIMIT`] runs are held.
+    pub fn merges_in_background(&mut self) {
+        self.background = true;
+    }
+
+    /// Puts `merged` in the place of the runs it was merged from, when they are still held as it
+    /// read them; else (a merge on this thread or a retention sweep changed them since) drops
+    /// it, the runs staying as they are. Returns whether it was put in. The merged run takes the
+    /// number of the window's newest run, so that it shadows and is shadowed as the window was.
+    pub fn install(&mut self, merged: MergedRun) -> Result<bool> {
+        let n = merged.inputs.len();
+        let Some(at) = self.run_list.iter().position(|r| *r == merged.inputs[0].0) else {
+            return Ok(false);
+        };
+        if self
+            .run_list
+            .get(at..at + n)
+            .is_none_or(|held| held.iter().ne(merged.inputs.iter().map(|(r, _)| r)))
+        {
+            return Ok(false);
+        }
+        // Same numbers and row counts: the headers tell a run emptied by a sweep and written
+        // again under its number apart.
+        for &((id, _), head) in &merged.inputs {
+            let held = self
+                .dir
+                .get(id)?
+                .ok_or_else(|| corrupt(id, "a run without its header".into()))?;
+            if XxHash3_64::oneshot(held.value()) != head {
+                return Ok(false);
+            }
+        }
+        let id = merged.inputs[n - 1].0.0;
+        for &((old, _), _) in &merged.inputs {
+            self.drop_run(old)?;
+        }
+        for ((job, no), stored) in &merged.blocks {
+            self.runs.insert((id, job.as_str(), *no), stored.as_slice())?;
+        }
+        if merged.rows > 0 {
+            self.dir
+                .insert(id, encode_head(merged.rows, &merged.filter).as_slice())?;
+            self.run_list.insert(at, (id, merged.rows));
+            if let Some(filters) = &mut self.filters {
+                // Newest first: before the first older run.
+                let before = filters.iter().position(|(r, _)| *r < id).unwrap_or(filters.len());
+                filters.insert(before, (id, Arc::from(merged.filter)));
+            }
+        }
+        Ok(true)
     }
 
     /// The greatest key held: a key above it is new for certain, and is appended.
@@ -1023,7 +1125,7 @@ impl<'txn> AttemptWriter<'txn> {
                     .dir
                     .get(id)?
                     .ok_or_else(|| corrupt(id, "a run without its header".into()))?;
-                filters.push((id, decode_head(id, head.value())?.1.to_vec()));
+                filters.push((id, Arc::from(decode_head(id, head.value())?.1)));
             }
             self.filters = Some(filters);
         }
@@ -1157,7 +1259,13 @@ impl<'txn> AttemptWriter<'txn> {
 
     /// Stores the rows appended, stores the transaction's run and merges runs by tier, and
     /// returns the new [`BLOCK_ROWS`] count.
-    pub fn finish(mut self) -> Result<u64> {
+    pub fn finish(self) -> Result<u64> {
+        Ok(self.finish_keeping()?.0)
+    }
+
+    /// [`AttemptWriter::finish`], also handing back what the next transaction's writer may
+    /// take over ([`AttemptWriter::open_kept`]) once this one commits.
+    pub fn finish_keeping(mut self) -> Result<(u64, KeptRuns)> {
         self.store_tail()?;
         self.tail_open = false;
         let pending = std::mem::take(&mut self.pending).into_sorted();
@@ -1178,9 +1286,16 @@ impl<'txn> AttemptWriter<'txn> {
             drop(pending);
             packer.finish(&mut self.runs, &mut self.target, &mut b)?;
             self.add_run(id, hashes.len() as u64, &hashes)?;
-            self.merge_tiers()?;
+            if !self.background || self.run_list.len() > RUN_LIMIT {
+                self.merge_tiers()?;
+            }
         }
-        Ok(self.block_rows)
+        let kept = KeptRuns {
+            run_list: std::mem::take(&mut self.run_list),
+            filters: self.filters.take(),
+            target: self.target,
+        };
+        Ok((self.block_rows, kept))
     }
 
     /// Folds format 8's delta (a migration's rows) into the blocks, counting its rows on
@@ -1211,7 +1326,9 @@ impl<'txn> AttemptWriter<'txn> {
         let filter = crate::storage::key_filter::build_blocked(hashes.iter().copied(), hashes.len());
         self.dir.insert(id, encode_head(rows, &filter).as_slice())?;
         self.run_list.push((id, rows));
-        self.filters = None;
+        if let Some(filters) = &mut self.filters {
+            filters.insert(0, (id, Arc::from(filter)));
+        }
         Ok(())
     }
 
@@ -1221,15 +1338,17 @@ impl<'txn> AttemptWriter<'txn> {
             .retain_in::<(u64, &str, u32), _>((id, "", 0)..(id + 1, "", 0), |_, _| false)?;
         self.dir.remove(id)?;
         self.run_list.retain(|(r, _)| *r != id);
-        self.filters = None;
+        if let Some(filters) = &mut self.filters {
+            filters.retain(|(r, _)| *r != id);
+        }
         Ok(())
     }
 
-    /// Merges the newest [`FAN_IN`] runs into one while [`merges`] says so.
+    /// Merges the newest [`FAN_IN`] runs into one while they are [`due`].
     fn merge_tiers(&mut self) -> Result<()> {
         while self.run_list.len() >= FAN_IN {
             let newest = &self.run_list[self.run_list.len() - FAN_IN..];
-            if !merges(newest[0].1, newest[FAN_IN - 1].1) {
+            if !due(newest) {
                 break;
             }
             let ids: Vec<u64> = newest.iter().map(|(id, _)| *id).collect();
@@ -1467,6 +1586,79 @@ impl RunPacker {
         self.spare = Some(spare);
         store_packed(runs, target, self.id, raw, blocks)
     }
+}
+
+/// The runs of a window merged into one away from the writer's thread ([`merge_committed`]), to
+/// be put in their place by [`AttemptWriter::install`].
+pub struct MergedRun {
+    /// The runs merged, oldest first: ((run number, rows), hash of its header) as read.
+    inputs: Vec<((u64, u64), u64)>,
+    /// The merged run's blocks, packed, under their last keys.
+    blocks: Vec<(OwnedKey, Vec<u8>)>,
+    rows: u64,
+    /// The merged run's key filter.
+    filter: Vec<u8>,
+}
+
+/// Merges the runs of the newest window [`due_window`] finds in `txn`'s snapshot into one,
+/// packing its blocks on this thread: what [`AttemptWriter::finish`] does on the writer's
+/// thread. `None` when no window is due, or when `stop` is set on the way.
+pub(crate) fn merge_committed(txn: &ReadTransaction, stop: &AtomicBool) -> Result<Option<MergedRun>> {
+    let dir = txn.open_table(ATTEMPT_RUN_DIR)?;
+    let list = run_list(&dir)?;
+    let Some(at) = due_window(&list) else {
+        return Ok(None);
+    };
+    let mut inputs = Vec::with_capacity(FAN_IN);
+    for &(id, rows) in &list[at..at + FAN_IN] {
+        let head = dir
+            .get(id)?
+            .ok_or_else(|| corrupt(id, "a run without its header".into()))?;
+        inputs.push(((id, rows), XxHash3_64::oneshot(head.value())));
+    }
+    let blocks = txn.open_table(ATTEMPT_BLOCK)?;
+    let runs = txn.open_table(ATTEMPT_RUN)?;
+    let mut merger = Merger::new(inputs.iter().rev().map(|((id, _), _)| *id), false, KeyRange::default());
+    let rows: u64 = inputs.iter().map(|((_, rows), _)| rows).sum();
+    let mut hashes = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
+    let mut b = BlockBuilder::default();
+    let mut target = raw_target(0, 0);
+    let mut out = Vec::new();
+    let mut pack = |b: &mut BlockBuilder, target: &mut usize| {
+        let raw = b.raw_bytes();
+        let blocks = b.finish_within();
+        let packed: usize = blocks.iter().map(|(_, stored)| stored.len()).sum();
+        if packed > 0 {
+            *target = raw_target(raw, packed);
+        }
+        out.extend(blocks);
+    };
+    loop {
+        let more = merger.step(&blocks, &runs, false, &mut |piece| -> Result<()> {
+            if let Piece::Row { key, value } = piece {
+                hashes.push(crate::storage::key_filter::hash(key.0, key.1));
+                b.push(key.0, key.1, value);
+            }
+            Ok(())
+        })?;
+        if !more {
+            break;
+        }
+        if b.raw_bytes() >= target {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            pack(&mut b, &mut target);
+        }
+    }
+    pack(&mut b, &mut target);
+    let filter = crate::storage::key_filter::build_blocked(hashes.iter().copied(), hashes.len());
+    Ok(Some(MergedRun {
+        inputs,
+        blocks: out,
+        rows: hashes.len() as u64,
+        filter,
+    }))
 }
 
 /// The attempt rows of a read transaction, blocks and runs merged.
@@ -2024,5 +2216,114 @@ mod tests {
 
     fn block_rows_of(stored: &[u8]) -> u64 {
         block_rows(stored).unwrap() as u64
+    }
+
+    /// Runs numbered from 1, oldest first, of these row counts.
+    fn runs_of(rows: &[u64]) -> Vec<(u64, u64)> {
+        rows.iter().zip(1..).map(|(&r, id)| (id, r)).collect()
+    }
+
+    #[test]
+    fn the_oldest_window_of_one_tier_is_due_and_never_one_around_a_larger_run() {
+        assert_eq!(
+            due_window(&runs_of(&[640_000, 160_000, 40_000, 40_000, 40_000, 40_000, 40_000])),
+            Some(2)
+        );
+        // A larger newest run, as a commit larger than the ones before makes.
+        assert_eq!(due_window(&runs_of(&[10_000, 10_000, 10_000, 40_000])), Some(0));
+        assert_eq!(due_window(&runs_of(&[10_000, 10_000, 2_440_000, 10_000])), None);
+        assert_eq!(due_window(&runs_of(&[10_000, 40_000, 10_000, 10_000])), None);
+        assert_eq!(due_window(&runs_of(&[300_000; 4])), None, "capped");
+        assert_eq!(due_window(&runs_of(&[40_000; 3])), None);
+    }
+
+    /// Writes as an ingest whose runs merge on a second thread makes them: each commit's writer
+    /// takes over the one before's runs and filters, and puts in place the run merged from the
+    /// snapshot of the commit before it, if any, unless a removal changed its runs since. Every
+    /// read after every commit finds what a map holds, each run's header counts its blocks' rows,
+    /// and merged runs were put in and refused.
+    #[test]
+    fn runs_merged_from_snapshots_and_put_in_place_read_back_as_a_map() {
+        let db = memory_db();
+        let mut rng = SplitMix64::new(12);
+        let mut model = Model::new();
+        let mut block_rows = 0;
+        let mut kept = None;
+        let mut waiting: Option<MergedRun> = None;
+        let (mut installed, mut refused) = (0, 0);
+        let never = AtomicBool::new(false);
+        for round in 0..60u64 {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut w = AttemptWriter::open_kept(&txn, block_rows, kept.take()).unwrap();
+                w.merges_in_background();
+                if model.is_empty() {
+                    w.append("~", 1, b"last").unwrap();
+                    model.insert(("~".to_string(), 1), b"last".to_vec());
+                }
+                for _ in 0..(rng.next_u64() % 60 + 1) {
+                    let key = if rng.next_u64().is_multiple_of(4) {
+                        // A row held written again (a completion).
+                        let i = (rng.next_u64() % model.len() as u64) as usize;
+                        model.keys().nth(i).unwrap().clone()
+                    } else {
+                        (format!("req_{:016x}", rng.next_u64()), 1)
+                    };
+                    assert_eq!(w.get(&key.0, key.1).unwrap().as_ref(), model.get(&key), "round {round}");
+                    let value = format!("{key:?} in round {round}").into_bytes();
+                    w.put(&key.0, key.1, &value).unwrap();
+                    model.insert(key, value);
+                }
+                if round % 9 == 8 {
+                    let gone: BTreeSet<(String, u32)> = model
+                        .keys()
+                        .filter(|k| k.0 != "~" && rng.next_u64().is_multiple_of(5))
+                        .cloned()
+                        .collect();
+                    w.remove(&gone).unwrap();
+                    model.retain(|k, _| !gone.contains(k));
+                }
+                if let Some(run) = waiting.take() {
+                    if w.install(run).unwrap() {
+                        installed += 1;
+                    } else {
+                        refused += 1;
+                    }
+                }
+                let (rows, k) = w.finish_keeping().unwrap();
+                block_rows = rows;
+                kept = Some(k);
+            }
+            txn.commit().unwrap();
+            read_back(&db, &model);
+            let txn = db.begin_read().unwrap();
+            let (runs, dir) = (
+                txn.open_table(ATTEMPT_RUN).unwrap(),
+                txn.open_table(ATTEMPT_RUN_DIR).unwrap(),
+            );
+            let list = run_list(&dir).unwrap();
+            let k: &KeptRuns = kept.as_ref().unwrap();
+            assert_eq!(k.run_list, list, "round {round}");
+            if let Some(filters) = &k.filters {
+                let ids: Vec<u64> = filters.iter().map(|(id, _)| *id).collect();
+                assert_eq!(
+                    ids,
+                    list.iter().rev().map(|(id, _)| *id).collect::<Vec<_>>(),
+                    "round {round}"
+                );
+            }
+            for &(id, rows) in &list {
+                let mut held = 0;
+                for b in runs.range::<(u64, &str, u32)>((id, "", 0)..(id + 1, "", 0)).unwrap() {
+                    held += block_rows_of(b.unwrap().1.value());
+                }
+                assert_eq!(held, rows, "round {round}: run {id}");
+            }
+            waiting = merge_committed(&txn, &never).unwrap();
+        }
+        assert!(
+            installed >= 5 && refused >= 1,
+            "{installed} put in place, {refused} refused"
+        );
     }
 }

@@ -6,8 +6,8 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::Serialize;
@@ -20,7 +20,10 @@ use crate::model::record::{
 };
 use crate::model::time::now_micros;
 use crate::model::write_rules::{Merge, merge, without_own_ingested_at};
-use crate::storage::attempt_store::{ATTEMPT_ROWS, AttemptWriter, BLOCK_ROWS, Piece, read_rows};
+use crate::storage::attempt_store::{
+    ATTEMPT_ROWS, AttemptWriter, BLOCK_ROWS, KeptRuns, Piece, merge_committed, read_rows,
+};
+use crate::storage::background_merge::BackgroundMerges;
 use crate::storage::chain::{CHAIN_ENTRIES, ChainWriter, EntryKind, RecordKey};
 use crate::storage::idem_index::IdemIndex;
 use crate::storage::reject_seen::RejectSeen;
@@ -368,6 +371,8 @@ enum Handle {
 pub struct LedgerDb {
     handle: Handle,
     path: PathBuf,
+    /// Write transactions begun: the number of the one under way, while one is.
+    writes: AtomicU64,
 }
 
 impl LedgerDb {
@@ -382,7 +387,12 @@ impl LedgerDb {
     /// A write transaction. Errors: [`Error::ReadOnly`] when the file was opened read-only.
     pub fn begin_write(&self) -> Result<WriteTransaction> {
         match &self.handle {
-            Handle::Writable(db) => Ok(db.begin_write()?),
+            Handle::Writable(db) => {
+                let txn = db.begin_write()?;
+                // redb hands out one write transaction at a time: this is its number.
+                self.writes.fetch_add(1, Ordering::AcqRel);
+                Ok(txn)
+            }
             Handle::ReadOnly(_) => Err(Error::ReadOnly(self.path.clone())),
         }
     }
@@ -393,12 +403,67 @@ impl LedgerDb {
     }
 }
 
+/// The attempt runs merged on a second thread ([`Ledger::merges_in_background`]) until
+/// [`MergesInBackground::settle`] or the guard's drop.
+pub struct MergesInBackground<'a> {
+    ledger: &'a Ledger,
+    /// Whether this guard started the thread (and so stops it).
+    started: bool,
+}
+
+impl MergesInBackground<'_> {
+    /// Waits for the merge under way, if any, and stops the thread; then merges what is still
+    /// due (the thread lags behind the writer by a merge or a few) on this thread, each merged
+    /// run put in place by a write transaction of its own, so that the ledger is left with the
+    /// runs a writer merging on its own thread would leave. Errors: storage errors.
+    pub fn settle(mut self) -> Result<()> {
+        if !std::mem::take(&mut self.started) {
+            return Ok(());
+        }
+        let Some(mut merges) = self.ledger.merges().take() else {
+            return Ok(());
+        };
+        let mut run = merges.settle();
+        drop(merges);
+        let never = std::sync::atomic::AtomicBool::new(false);
+        loop {
+            if let Some(run) = run {
+                self.ledger.write_with(|txn| {
+                    let block_rows = txn.open_table(COUNTER)?.get(BLOCK_ROWS)?.map_or(0, |v| v.value());
+                    AttemptWriter::open(txn, block_rows)?.install(run)?;
+                    Ok(())
+                })?;
+            }
+            run = merge_committed(&self.ledger.db.begin_read()?, &never)?;
+            if run.is_none() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Drop for MergesInBackground<'_> {
+    fn drop(&mut self) {
+        if self.started {
+            // Stops the merge under way: its runs stay as they are.
+            let merges = self.ledger.merges().take();
+            drop(merges);
+        }
+    }
+}
+
 /// The attempt ledger. Cheap to clone: clones share one open redb file ([`LedgerDb`]).
 #[derive(Clone)]
 pub struct Ledger {
     db: Arc<LedgerDb>,
     generation: Arc<AtomicU64>,
     migrated_from: Option<u64>,
+    /// The thread merging attempt runs while a bulk ingest writes ([`Ledger::merges_in_background`]).
+    merges: Arc<Mutex<Option<BackgroundMerges>>>,
+    /// What the attempt rows' writer of the last write transaction handed on, with that
+    /// transaction's number ([`LedgerDb::begin_write`]) and whether it committed: taken over by
+    /// the next one if it is the very next.
+    kept: Arc<Mutex<Option<(u64, KeptRuns, bool)>>>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -603,10 +668,56 @@ impl Ledger {
 
     fn with_handle(handle: Handle, path: PathBuf, migrated_from: Option<u64>) -> Self {
         Ledger {
-            db: Arc::new(LedgerDb { handle, path }),
+            db: Arc::new(LedgerDb {
+                handle,
+                path,
+                writes: AtomicU64::new(0),
+            }),
             generation: Arc::new(AtomicU64::new(0)),
             migrated_from,
+            merges: Arc::default(),
+            kept: Arc::default(),
         }
+    }
+
+    /// Merges the attempt runs on a second thread until the guard returned is settled or dropped
+    /// (what a bulk ingest does: see `storage/background_merge.rs`). Nothing changes for a
+    /// read-only ledger, nor while another guard of this ledger is alive.
+    pub fn merges_in_background(&self) -> MergesInBackground<'_> {
+        let mut merges = self.merges.lock().unwrap_or_else(PoisonError::into_inner);
+        let started = !self.is_read_only() && merges.is_none();
+        if started {
+            let db = self.db.clone();
+            *merges = Some(BackgroundMerges::start(move || db.begin_read()));
+        }
+        MergesInBackground { ledger: self, started }
+    }
+
+    /// The merging thread, when one runs.
+    fn merges(&self) -> std::sync::MutexGuard<'_, Option<BackgroundMerges>> {
+        self.merges.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One write transaction: `stage` fills it, then it commits; the merging thread, if any, is
+    /// told that it ended either way.
+    fn write_with<T>(&self, stage: impl FnOnce(&WriteTransaction) -> Result<T>) -> Result<T> {
+        let written = self.db.begin_write().and_then(|txn| {
+            let number = self.db.writes.load(Ordering::Acquire);
+            let out = stage(&txn)?;
+            txn.commit()?;
+            Ok((number, out))
+        });
+        if let Some(m) = self.merges().as_mut() {
+            m.ended();
+        }
+        let (number, out) = written?;
+        if let Some((n, _, committed)) = self.kept.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+            && *n == number
+        {
+            *committed = true;
+        }
+        self.bump_generation();
+        Ok(out)
     }
 
     /// Whether the file was opened read-only because it cannot be written: writes answer
@@ -669,16 +780,16 @@ impl Ledger {
     /// durable; on `Err` nothing of the batch was written.
     pub fn write_batch(&self, batch: Vec<Incoming>) -> Result<Vec<WriteResult>> {
         let mut batch = batch;
-        let txn = self.db.begin_write()?;
-        // The batch is owned: each reject's text is freed once stored (its field and reason move
-        // into its result), so a body of many tiny rejected records does not hold them twice.
-        let len = batch.len();
-        let results = self.stage(&txn, batch.iter_mut().map(Slot::Owned), len)?;
-        // The records are in the transaction now: free them before the commit writes its pages.
-        drop(batch);
-        txn.commit()?;
-        self.bump_generation();
-        Ok(results)
+        self.write_with(|txn| {
+            // The batch is owned: each reject's text is freed once stored (its field and reason
+            // move into its result), so a body of many tiny rejected records does not hold them
+            // twice.
+            let len = batch.len();
+            let results = self.stage(txn, batch.iter_mut().map(Slot::Owned), len)?;
+            // The records are in the transaction now: free them before the commit writes its pages.
+            drop(batch);
+            Ok(results)
+        })
     }
 
     /// [`Ledger::write_batch`] for a borrowed batch: what file ingest does, so that the thread
@@ -688,12 +799,7 @@ impl Ledger {
     /// the last block of rows without a lookup ([`crate::storage::attempt_store`]); any other looks up the
     /// row in force first.
     pub fn write_borrowed(&self, batch: &[Incoming]) -> Result<Vec<WriteResult>> {
-        let txn = self.db.begin_write()?;
-        let len = batch.len();
-        let results = self.stage(&txn, batch.iter().map(Slot::Shared), len)?;
-        txn.commit()?;
-        self.bump_generation();
-        Ok(results)
+        self.write_with(|txn| self.stage(txn, batch.iter().map(Slot::Shared), batch.len()))
     }
 
     /// Applies the write rules to `batch` in `txn`, uncommitted: one result per record.
@@ -712,7 +818,14 @@ impl Ledger {
             let mut rejects = txn.open_table(INGEST_REJECT)?;
             let mut counter = txn.open_table(COUNTER)?;
             let get = |name: &str| -> Result<u64> { Ok(counter.get(name)?.map(|v| v.value()).unwrap_or(0)) };
-            let mut rows = AttemptWriter::open(txn, get(BLOCK_ROWS)?)?;
+            let number = self.db.writes.load(Ordering::Acquire);
+            let kept = self
+                .kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .and_then(|(n, kept, committed)| (committed && n + 1 == number).then_some(kept));
+            let mut rows = AttemptWriter::open_kept(txn, get(BLOCK_ROWS)?, kept)?;
             let attempt_rows = get(ATTEMPT_ROWS)?;
             let mut chain = ChainWriter::open(txn, get(CHAIN_ENTRIES)?)?;
             let mut next_seq = get(NEXT_SEQ)?;
@@ -869,7 +982,15 @@ impl Ledger {
                 totals.add(&result);
                 results.push(result);
             }
-            counter.insert(BLOCK_ROWS, rows.finish()?)?;
+            if let Some(m) = self.merges().as_mut().filter(|m| !m.failed()) {
+                rows.merges_in_background();
+                if let Some(run) = m.take() {
+                    rows.install(run)?;
+                }
+            }
+            let (block_rows, kept) = rows.finish_keeping()?;
+            counter.insert(BLOCK_ROWS, block_rows)?;
+            *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((number, kept, false));
             counter.insert(ATTEMPT_ROWS, attempt_rows + totals.accepted)?;
             counter.insert(CHAIN_ENTRIES, chain.finish()?)?;
             IdemIndex::open(txn)?.append(&mut new_keys)?;
