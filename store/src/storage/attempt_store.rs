@@ -12,19 +12,21 @@
 //! block's row of the same key; every read merges them in key order.
 //!
 //! Runs are merged by size tier, as the idem_key index's are ([`crate::storage::idem_index`]):
-//! whenever the four newest are of one tier (⌊log₄ rows⌋), or the fourth newest is of a lower tier
-//! than the newest, they become one, unless the fourth newest holds 4⁹ = 262,144 rows or more. A
-//! row is then rewritten a bounded number of times (about three from a 10,000-record commit)
-//! however large the ledger grows. Format 8 put these rows in a delta B-tree instead: a random
-//! page written per row, and folds that rewrote nearly every block, again and again as the file
-//! grew (most of a random-id ingest's time).
+//! four runs side by side become one when the oldest is of no higher tier (⌊log₄ rows⌋) than the
+//! newest and none of them of a higher one ([`due`]), unless the oldest holds 4⁹ = 262,144 rows or
+//! more. A row is then rewritten a bounded number of times (about twice from a 40,000-record
+//! commit, `ingest`'s) however large the ledger grows. Format 8 put these rows in a delta B-tree
+//! instead: a random page written per row, and folds that rewrote nearly every block, again and
+//! again as the file grew (most of a random-id ingest's time).
 //!
 //! A run's blocks are packed on a second thread while the writer's thread sorts or merges the
-//! next rows ([`RunPacker`]).
+//! next rows ([`RunPacker`]). During `ingest` the merges themselves are done on a second thread,
+//! from committed snapshots ([`merge_committed`]), and put in place by the writer
+//! ([`AttemptWriter::install`]; `storage/background_merge.rs`).
 //!
 //! The write path's "is this (job_id, attempt_no) already held?" for a key inside the range asks
-//! each run's filter in memory (read once per transaction, at its first such question; the key
-//! hashed once for all of them) and reads a run's block only when its filter lets the key pass
+//! each run's filter in memory (read at its first such question, then kept from one commit to the
+//! next, [`KeptRuns`]; the key hashed once for all of them) and reads a run's block only when its filter lets the key pass
 //! (about one in 1,000 new keys a run: its filter has 16 bits a key, a block's 10, and is blocked,
 //! one cache line a key, since format version 10).
 //!
@@ -962,7 +964,7 @@ impl<'txn> AttemptWriter<'txn> {
         })
     }
 
-    /// Leaves the merges of runs to a second thread ([`crate::storage::background_merge`]), which
+    /// Leaves the merges of runs to a second thread (`storage/background_merge.rs`), which
     /// hands them back to [`AttemptWriter::install`]: [`AttemptWriter::finish`] merges only once
     /// more than [`RUN_LIMIT`] runs are held.
     pub fn merges_in_background(&mut self) {
@@ -1600,7 +1602,7 @@ pub struct MergedRun {
     filter: Vec<u8>,
 }
 
-/// Merges the runs of the newest window [`due_window`] finds in `txn`'s snapshot into one,
+/// Merges the runs of the oldest window [`due_window`] finds in `txn`'s snapshot into one,
 /// packing its blocks on this thread: what [`AttemptWriter::finish`] does on the writer's
 /// thread. `None` when no window is due, or when `stop` is set on the way.
 pub(crate) fn merge_committed(txn: &ReadTransaction, stop: &AtomicBool) -> Result<Option<MergedRun>> {
